@@ -1,0 +1,175 @@
+"""Cases: what the perf suite declares. A case is one workload configuration with a CPU flavour
+(gloo, small settings) and/or a GPU flavour (nccl, full settings) of the same code.
+
+    CASES = [Case("openclip", "fp32", entry=("workloads/openclip_train.py",),
+                  cpu=Flavour({"model": "perfgate-ViT-tiny", "device": "cpu"}),
+                  gpu=Flavour({"model": "ViT-B-32", "device": "cuda"}))]
+
+    @parametrize(CASES)
+    def test_openclip(perfgate, case):
+        perfgate.check(case)
+
+gives the test ids ``test_openclip[fp32-cpu]`` (marked ``cpu``) and ``test_openclip[fp32-gpu]``
+(marked ``gpu``), gated against ``baselines/<hardware-class>/openclip-fp32-cpu.json`` and so on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import pytest
+
+from perfgate import openclip_log
+from perfgate.records import RecordsTail, RunRecords, StepRecord, read_records, step_from_dict
+
+DEFAULT_CPU_RANKS = 2
+
+
+class RecordSource(Protocol):
+    """Where a workload leaves its step records, and how to read them (whole, or as they grow)."""
+
+    def args(self, workdir: Path) -> list[str]: ...
+
+    def read(self, workdir: Path) -> RunRecords: ...
+
+    def follow(self, workdir: Path) -> Callable[[], list[StepRecord]]: ...
+
+
+@dataclass(frozen=True)
+class JsonRecords:
+    """perfgate's own step records: the workload is told where to write them with ``--records``."""
+
+    filename: str = "steps.jsonl"
+
+    def args(self, workdir: Path) -> list[str]:
+        return ["--records", str(workdir / self.filename)]
+
+    def read(self, workdir: Path) -> RunRecords:
+        return read_records(workdir / self.filename)
+
+    def follow(self, workdir: Path) -> Callable[[], list[StepRecord]]:
+        tail = RecordsTail(workdir / self.filename)
+        return lambda: [step_from_dict(obj) for obj in tail.new_records() if obj["kind"] == "step"]
+
+
+@dataclass(frozen=True)
+class OpenClipLog:
+    """Upstream open_clip_train's rank-0 log (``--log-every-n-steps 1``), read as step records."""
+
+    relpath: str
+
+    def args(self, workdir: Path) -> list[str]:
+        return []
+
+    def read(self, workdir: Path) -> RunRecords:
+        return openclip_log.records_from_log(openclip_log.read_log(workdir / self.relpath))
+
+    def follow(self, workdir: Path) -> Callable[[], list[StepRecord]]:
+        path = workdir / self.relpath
+        seen = [0]
+
+        def new_steps() -> list[StepRecord]:
+            if not path.exists():
+                return []
+            steps = openclip_log.records_from_log(openclip_log.parse_lines(path.read_text(errors="replace").splitlines()))
+            fresh = list(steps.steps[seen[0]:])
+            seen[0] = len(steps.steps)
+            return fresh
+
+        return new_steps
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """One flavour's settings. ``steps=None`` lets the workload's own arguments decide its length."""
+
+    args: Mapping[str, Any]
+    steps: int | None = 40
+    warmup: int = 5
+    ranks_per_node: int | None = None
+    """Ranks per node; None means 2 on CPU and one per visible GPU on GPU."""
+    tolerance: float = 0.15
+    timeout_s: float = 600.0
+
+
+def default_steps_args(steps: int, world_size: int, local_batch: int | None) -> dict[str, Any]:
+    return {"steps": steps}
+
+
+@dataclass(frozen=True)
+class Case:
+    workload: str
+    name: str
+    entry: tuple[str, ...]
+    """A script path relative to the rootdir, or ``("-m", "package.module")``."""
+    cpu: Flavour | None = None
+    gpu: Flavour | None = None
+    gated: tuple[str, ...] = ("samples_per_second", "total_time_secs")
+    records: RecordSource = field(default_factory=JsonRecords)
+    steps_args: Callable[[int, int, int | None], Mapping[str, Any]] = default_steps_args
+    """Maps (steps, world size, local batch) to the workload arguments that set its length."""
+    marks: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """One flavour of one case: what one test item launches, measures and gates."""
+
+    case: Case
+    kind: str
+
+    @property
+    def flavour(self) -> Flavour:
+        flavour = self.case.cpu if self.kind == "cpu" else self.case.gpu
+        assert flavour is not None
+        return flavour
+
+    @property
+    def id(self) -> str:
+        return f"{self.case.name}-{self.kind}"
+
+    @property
+    def key(self) -> str:
+        """The baseline file's name (without .json) within its hardware class."""
+        return f"{self.case.workload}-{self.id}"
+
+    def argv(self, workdir: Path, steps: int | None, world_size: int) -> list[str]:
+        args = dict(self.flavour.args)
+        if steps is not None:
+            args.update(self.case.steps_args(steps, world_size, args.get("batch-size")))
+        return [*self.case.entry, *to_flags(args), *self.case.records.args(workdir)]
+
+
+def to_flags(args: Mapping[str, Any]) -> list[str]:
+    """``{"batch-size": 32, "grad-checkpointing": True, "sync-buffers": False}`` -> CLI flags."""
+    flags: list[str] = []
+    for name, value in args.items():
+        if value is True:
+            flags.append(f"--{name}")
+        elif value is False:
+            flags.append(f"--no-{name}")
+        elif value is not None:
+            flags.extend([f"--{name}", str(value)])
+    return flags
+
+
+def runs(cases: Sequence[Case]) -> list[Any]:
+    """One ``pytest.param`` per flavour of every case, with a readable id and its marks."""
+    params = []
+    for case in cases:
+        for kind in ("cpu", "gpu"):
+            if getattr(case, kind) is None:
+                continue
+            run = CaseRun(case, kind)
+            params.append(pytest.param(run, id=run.id, marks=[getattr(pytest.mark, kind), *case.marks]))
+    return params
+
+
+def parametrize(cases: Sequence[Case]) -> pytest.MarkDecorator:
+    keys = [CaseRun(c, k).key for c in cases for k in ("cpu", "gpu") if getattr(c, k) is not None]
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise ValueError(f"perfgate: case names must be unique per workload; repeated: {', '.join(duplicates)}")
+    return pytest.mark.parametrize("case", runs(cases))

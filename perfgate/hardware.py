@@ -1,0 +1,130 @@
+"""The hardware class a measurement belongs to, and the provenance stored with a baseline.
+
+A hardware class names what a number can be compared across: GPU model x GPUs per node x nodes
+(``nvidia-a100-sxm4-40gb-x4-n8``), or on CPU the processor model, usable cores and nodes
+(``cpu-amd-epyc-2c-n1``). ``--hardware-class`` overrides the detected name.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What this host offers: visible GPUs (model and count) or, without GPUs, the CPU."""
+
+    cpu_model: str
+    cpu_cores: int
+    gpu_model: str | None = None
+    gpu_count: int = 0
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_count > 0
+
+
+def slug(text: str) -> str:
+    """``Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz`` -> ``intel-xeon-platinum-8375c``."""
+    text = re.sub(r"\((R|TM|C)\)", "", text, flags=re.I)
+    text = re.sub(r"@.*$", "", text)
+    text = re.sub(r"\b(CPU|Processor)\b", "", text, flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def detect() -> Hardware:
+    """Inspects this host. Imports torch, so it runs once per session, when a case first needs it."""
+    import torch
+
+    gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return Hardware(
+        cpu_model=cpu_model(),
+        cpu_cores=usable_cores(),
+        gpu_model=torch.cuda.get_device_name(0) if gpu_count else None,
+        gpu_count=gpu_count,
+    )
+
+
+def hardware_class(hardware: Hardware, *, kind: str, per_node: int, nodes: int) -> str:
+    """The class of a run of ``kind`` (cpu or gpu) with ``per_node`` GPUs per node over ``nodes`` nodes."""
+    if kind == "gpu":
+        return f"{slug(hardware.gpu_model or 'gpu')}-x{per_node}-n{nodes}"
+    return f"cpu-{slug(hardware.cpu_model)}-{hardware.cpu_cores}c-n{nodes}"
+
+
+def git_commit(root: Path) -> str:
+    """HEAD of the repository at ``root``, with ``-dirty`` when the work tree has changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def software_versions() -> dict[str, str | None]:
+    import torch
+
+    nccl = None
+    if torch.cuda.is_available():
+        nccl = ".".join(str(part) for part in torch.cuda.nccl.version())
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "open_clip_torch": _version("open_clip_torch"),
+        "perfgate": _version("perfgate"),
+    }
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance(hardware: Hardware, *, root: Path, command: str, hardware_class_name: str) -> dict[str, object]:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(root),
+        "versions": software_versions(),
+        "hardware": {
+            "class": hardware_class_name,
+            "host": platform.node(),
+            "cpu": hardware.cpu_model,
+            "cpu_cores": hardware.cpu_cores,
+            "gpu": hardware.gpu_model,
+            "gpus_visible": hardware.gpu_count,
+        },
+        "command": command,
+    }

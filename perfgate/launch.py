@@ -1,0 +1,244 @@
+"""Launch a workload with torchrun and make sure every process it started is gone afterwards.
+
+The ``local`` launcher starts one torchrun agent per node on this host; agents meet through c10d
+rendezvous on a free port, which is the same code path as agents on separate hosts. Each agent and
+its ranks carry a ``PERFGATE_RUN_ID`` in their environment, so processes that outlive their parent
+(torchrun starts ranks in new sessions) are still found and killed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import psutil
+
+RUN_ID_ENV = "PERFGATE_RUN_ID"
+LAUNCHERS = ("local",)
+PEER_GRACE_S = 10.0
+KILL_GRACE_S = 5.0
+POLL_S = 0.5
+LOG_TAIL_LINES = 25
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run and where. ``entry`` is a script path and its arguments, or ``-m module ...``."""
+
+    entry: Sequence[str]
+    workdir: Path
+    nodes: int = 1
+    procs_per_node: int = 1
+    timeout_s: float = 600.0
+    env: Mapping[str, str] = field(default_factory=dict)
+    devices_per_node: Sequence[str] | None = None
+    """CUDA_VISIBLE_DEVICES for each agent; None leaves the environment's visibility alone."""
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    duration_s: float
+    commands: tuple[tuple[str, ...], ...]
+    agent_logs: tuple[Path, ...]
+
+
+class LaunchFailed(Exception):
+    """A launch that did not finish cleanly; ``kind`` is crashed, timeout or setup-error."""
+
+    def __init__(self, kind: str, message: str, log_path: Path | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.log_path = log_path
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now; the OS hands out distinct ones to parallel callers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def agent_command(spec: LaunchSpec, node: int, endpoint: str, run_id: str) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(spec.nodes),
+        "--nproc-per-node", str(spec.procs_per_node),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", endpoint,
+        "--rdzv-id", run_id,
+        "--rdzv-conf", f"join_timeout={int(min(spec.timeout_s, 300))}",
+        "--max-restarts", "0",
+        "--log-dir", str(spec.workdir / f"node{node}"),
+        "--redirects", "3",
+        "--tee", "3",
+        *spec.entry,
+    ]
+
+
+def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:
+    """Runs all agents to completion; raises LaunchFailed on a failed rank, a hang, or a bad start."""
+    spec.workdir.mkdir(parents=True, exist_ok=True)
+    run_id = f"perfgate-{uuid.uuid4().hex[:12]}"
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = {**os.environ, **spec.env, RUN_ID_ENV: run_id}
+    commands, logs, agents = [], [], []
+    start = time.monotonic()
+    try:
+        for node in range(spec.nodes):
+            command = agent_command(spec, node, endpoint, run_id)
+            node_env = dict(env)
+            if spec.devices_per_node is not None:
+                node_env["CUDA_VISIBLE_DEVICES"] = spec.devices_per_node[node]
+            log_path = spec.workdir / f"agent{node}.log"
+            with log_path.open("w") as log:
+                log.write(f"$ {shlex.join(command)}\n")
+                log.flush()
+                agents.append(
+                    subprocess.Popen(
+                        command, cwd=spec.workdir, env=node_env, stdout=log, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, start_new_session=True,
+                    )
+                )
+            commands.append(tuple(command))
+            logs.append(log_path)
+        _wait(agents, spec.timeout_s, start, on_poll, logs)
+    finally:
+        kill_run(agents, run_id)
+    codes = [agent.returncode for agent in agents]
+    if any(code != 0 for code in codes):
+        raise diagnose_failure(spec, codes, logs)
+    return LaunchResult(time.monotonic() - start, tuple(commands), tuple(logs))
+
+
+def _wait(agents, timeout_s, start, on_poll, logs) -> None:
+    first_failure = None
+    while True:
+        codes = [agent.poll() for agent in agents]
+        now = time.monotonic()
+        if all(code is not None for code in codes):
+            return
+        if first_failure is None and any(code not in (None, 0) for code in codes):
+            first_failure = now
+        if first_failure is not None and now - first_failure > PEER_GRACE_S:
+            return
+        if now - start > timeout_s:
+            raise LaunchFailed(
+                "timeout",
+                f"no exit after the {timeout_s:g} s timeout (hung or too slow); killed every process of the run. "
+                f"Raise --perf-timeout if the case is just slow. Agent log: {logs[0]}",
+                logs[0],
+            )
+        if on_poll is not None:
+            on_poll(now - start)
+        time.sleep(POLL_S)
+
+
+def run_processes(run_id: str) -> list[psutil.Process]:
+    """Every live process tagged with this run's id, whoever its parent is now."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(RUN_ID_ENV) == run_id:
+                found.append(proc)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def kill_run(agents: Sequence[subprocess.Popen], run_id: str) -> None:
+    """SIGTERM the whole run (agents, ranks, loader workers), SIGKILL what survives the grace period."""
+    procs: dict[int, psutil.Process] = {}
+    for agent in agents:
+        try:
+            root = psutil.Process(agent.pid)
+            for proc in [root, *root.children(recursive=True)]:
+                procs[proc.pid] = proc
+        except psutil.NoSuchProcess:
+            continue
+    for proc in run_processes(run_id):
+        procs.setdefault(proc.pid, proc)
+    alive = []
+    for proc in procs.values():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                proc.send_signal(signal.SIGTERM)
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    _, survivors = psutil.wait_procs(alive, timeout=KILL_GRACE_S)
+    for proc in survivors:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    psutil.wait_procs(survivors, timeout=KILL_GRACE_S)
+    for agent in agents:
+        try:
+            agent.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait()
+
+
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)"
+    r".*?exitcode\s*:\s*(?P<code>-?\d+)",
+    re.S,
+)
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def exit_description(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def rank_log(workdir: Path, node: int, local_rank: int) -> Path | None:
+    matches = sorted((workdir / f"node{node}").glob(f"*/attempt_*/{local_rank}/stderr.log"))
+    return matches[-1] if matches else None
+
+
+def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path]) -> LaunchFailed:
+    """Names the first rank that failed, how, and the tail of its own log; else the agent's log."""
+    for node, log in enumerate(logs):
+        text = log.read_text(errors="replace") if log.exists() else ""
+        match = _ROOT_CAUSE.search(text)
+        if match is None:
+            continue
+        rank, local_rank, code = int(match["rank"]), int(match["local"]), int(match["code"])
+        path = rank_log(spec.workdir, node, local_rank) or log
+        return LaunchFailed(
+            "crashed",
+            f"rank {rank} (node {node}, local rank {local_rank}) failed: {exit_description(code)}.\n"
+            f"Last lines of {path}:\n{tail(path)}",
+            path,
+        )
+    node = next(i for i, code in enumerate(codes) if code != 0)
+    return LaunchFailed(
+        "setup-error",
+        f"torchrun agent {node} failed before any rank did ({exit_description(codes[node])}); "
+        f"last lines of {logs[node]}:\n{tail(logs[node])}",
+        logs[node],
+    )

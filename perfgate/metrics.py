@@ -1,0 +1,98 @@
+"""Metrics of one run, computed from its step records.
+
+The measured window is every step after the first ``warmup`` steps. Step times chain end to end,
+so the window's step times add up to its wall time and samples / seconds is a true throughput.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+
+from perfgate.records import RunRecords
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    unit: str
+    better: str  # "higher" or "lower"
+    description: str
+
+
+METRICS: dict[str, MetricInfo] = {
+    "samples_per_second": MetricInfo("samples/s", "higher", "global throughput over the measured window"),
+    "samples_per_second_per_rank": MetricInfo("samples/s", "higher", "throughput per rank (per GPU)"),
+    "total_time_secs": MetricInfo("s", "lower", "MMoCLIP total time: every step's time except the first"),
+    "step_time_median_s": MetricInfo("s", "lower", "median step time in the measured window"),
+    "step_time_p90_s": MetricInfo("s", "lower", "90th percentile step time in the measured window"),
+    "data_time_share": MetricInfo("fraction", "lower", "share of the window spent waiting for data"),
+    "peak_memory_bytes": MetricInfo("bytes", "lower", "peak memory of the busiest rank"),
+}
+
+
+class MetricsError(ValueError):
+    """Records that cannot give a measurement (too few steps, non-finite loss...)."""
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    samples_per_second: float
+    samples_per_second_per_rank: float
+    total_time_secs: float
+    step_time_median_s: float
+    step_time_p90_s: float
+    data_time_share: float
+    peak_memory_bytes: int | None
+    measured_steps: int
+    warmup_steps: int
+    window_s: float
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> RunMetrics:
+    steps = records.steps
+    if warmup < 0:
+        raise MetricsError(f"warm-up must be >= 0 steps, got {warmup}")
+    if len(steps) <= warmup:
+        raise MetricsError(
+            f"the run recorded {len(steps)} steps but {warmup} are warm-up: nothing left to measure; "
+            "run more steps (--perf-steps) or fewer warm-up steps (--perf-warmup)"
+        )
+    losses = [s.loss for s in steps if s.loss is not None]
+    if any(not math.isfinite(loss) for loss in losses):
+        bad = next(s.step for s in steps if s.loss is not None and not math.isfinite(s.loss))
+        raise MetricsError(f"loss is not finite from step {bad}: the run diverged, its timing is not a measurement")
+    window = steps[warmup:]
+    window_s = sum(s.step_s for s in window)
+    if window_s <= 0:
+        raise MetricsError("the measured window has zero duration")
+    world = world_size or int(records.start.get("world_size", 1))
+    throughput = sum(s.samples for s in window) / window_s
+    times = [s.step_s for s in window]
+    end = records.end or {}
+    return RunMetrics(
+        samples_per_second=throughput,
+        samples_per_second_per_rank=throughput / world,
+        total_time_secs=sum(s.step_s for s in steps[1:]),
+        step_time_median_s=statistics.median(times),
+        step_time_p90_s=percentile(times, 90),
+        data_time_share=sum(s.data_s for s in window) / window_s,
+        peak_memory_bytes=end.get("peak_memory_bytes"),
+        measured_steps=len(window),
+        warmup_steps=warmup,
+        window_s=window_s,
+    )

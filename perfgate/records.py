@@ -1,0 +1,250 @@
+"""Step records: the contract between a workload (writer) and the plugin (reader).
+
+A workload's rank 0 appends one JSON object per line to a records file: a ``start`` record
+(run facts), one ``step`` record per optimizer step, and an ``end`` record (peak memory).
+Records are written as soon as a step's timing is known, so the plugin can show progress by
+tailing the file while the run is still going.
+
+This module imports no pytest and no torch at import time: workloads import it under torchrun.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One optimizer step as rank 0 saw it; ``step_s`` chains end-to-end with the previous step."""
+
+    step: int
+    samples: int
+    step_s: float
+    data_s: float
+    loss: float | None = None
+    lr: float | None = None
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """Everything one run wrote: its start facts, its steps in order, and its end facts if it finished."""
+
+    start: dict[str, Any] = field(default_factory=dict)
+    steps: tuple[StepRecord, ...] = ()
+    end: dict[str, Any] | None = None
+
+
+class RecordsError(ValueError):
+    """A records file that cannot be read as step records."""
+
+
+def parse_line(line: str, source: str = "records") -> dict[str, Any] | None:
+    """Decode one records line; blank lines are None, anything else malformed is an error."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise RecordsError(f"{source}: not a JSON record: {line[:80]!r} ({exc.msg})") from None
+    if not isinstance(obj, dict) or obj.get("kind") not in {"start", "step", "end"}:
+        raise RecordsError(f"{source}: record without a known 'kind': {line[:80]!r}")
+    return obj
+
+
+def step_from_dict(obj: dict[str, Any]) -> StepRecord:
+    return StepRecord(
+        step=int(obj["step"]),
+        samples=int(obj["samples"]),
+        step_s=float(obj["step_s"]),
+        data_s=float(obj["data_s"]),
+        loss=None if obj.get("loss") is None else float(obj["loss"]),
+        lr=None if obj.get("lr") is None else float(obj["lr"]),
+    )
+
+
+def collect(objects: Iterator[dict[str, Any]]) -> RunRecords:
+    start: dict[str, Any] = {}
+    steps: list[StepRecord] = []
+    end = None
+    for obj in objects:
+        kind = obj["kind"]
+        if kind == "start":
+            start = {k: v for k, v in obj.items() if k != "kind"}
+        elif kind == "step":
+            steps.append(step_from_dict(obj))
+        else:
+            end = {k: v for k, v in obj.items() if k != "kind"}
+    return RunRecords(start=start, steps=tuple(steps), end=end)
+
+
+def read_records(path: Path) -> RunRecords:
+    """Read a whole records file. A missing file is an error: the run wrote nothing."""
+    path = Path(path)
+    if not path.exists():
+        raise RecordsError(f"{path}: no step records were written (did rank 0 start training?)")
+    with path.open() as fh:
+        return collect(obj for obj in (parse_line(line, str(path)) for line in fh) if obj)
+
+
+class RecordsTail:
+    """Reads the records appended since the last call, for live progress; tolerates a torn last line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._offset = 0
+        self._partial = ""
+
+    def new_records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with self.path.open() as fh:
+            fh.seek(self._offset)
+            chunk = fh.read()
+            self._offset = fh.tell()
+        text = self._partial + chunk
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        return [obj for obj in (parse_line(line, str(self.path)) for line in lines) if obj]
+
+
+class _WallClock:
+    """Host timestamps; used on CPU, where a step's work is done when the Python call returns."""
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    @staticmethod
+    def done(marker: float) -> bool:
+        return True
+
+    @staticmethod
+    def seconds(earlier: float, later: float) -> float:
+        return later - earlier
+
+
+class _CudaClock:
+    """CUDA events on the current stream: a marker is read only once the device has passed it."""
+
+    def __init__(self, torch_module: Any) -> None:
+        self._torch = torch_module
+
+    def mark(self) -> Any:
+        event = self._torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    @staticmethod
+    def done(marker: Any) -> bool:
+        return bool(marker.query())
+
+    @staticmethod
+    def seconds(earlier: Any, later: Any) -> float:
+        return earlier.elapsed_time(later) / 1000.0
+
+
+@dataclass
+class _PendingStep:
+    step: int
+    samples: int
+    data_s: float
+    lr: float | None
+    end_marker: Any
+    scalars: Any
+
+
+class StepRecorder:
+    """Times steps on rank 0 without adding a device synchronize.
+
+    Each step's end is a marker (a CUDA event on GPU); the step's time is the span between the
+    previous step's end marker and this one, so consecutive step times add up to wall time. Markers
+    are resolved late: a step is written once the device has reached its end marker, checked with a
+    non-blocking query. Loss and other scalars are copied to pinned host memory asynchronously before
+    the marker, so reading them then costs nothing. ``close`` waits for the last steps once.
+    """
+
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        device_type: str,
+        on_step: Callable[[StepRecord, dict[str, float]], None] | None = None,
+    ) -> None:
+        self._path = Path(path) if path else None
+        self._file = self._path.open("w") if self._path else None
+        self._on_step = on_step
+        self._torch = None
+        if device_type == "cuda":
+            import torch
+
+            self._torch = torch
+            self._clock: _WallClock | _CudaClock = _CudaClock(torch)
+        else:
+            self._clock = _WallClock()
+        self._pending: list[_PendingStep] = []
+        self._last_end: Any = None
+        self._data_started = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self._file is not None
+
+    def write(self, kind: str, **facts: Any) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps({"kind": kind, **facts}) + "\n")
+            self._file.flush()
+
+    def begin(self) -> None:
+        """Marks the origin of the first step; call right before fetching its first batch."""
+        if self.active:
+            self._last_end = self._clock.mark()
+            self._data_started = time.perf_counter()
+
+    def data_ready(self) -> float:
+        """Host seconds the step waited for its batch (the loader's exposed latency)."""
+        return time.perf_counter() - self._data_started
+
+    def end_step(self, step: int, samples: int, data_s: float, lr: float | None, scalars: dict[str, Any]) -> None:
+        """Closes a step; ``scalars`` are 0-d tensors (loss, logit scale...) read once the step is done."""
+        if not self.active:
+            return
+        names = list(scalars)
+        values = [scalars[name].detach().float().reshape(()) for name in names]
+        if self._torch is not None:
+            host = self._torch.empty(len(values), dtype=self._torch.float32, pin_memory=True)
+            host.copy_(self._torch.stack(values), non_blocking=True)
+        else:
+            import torch
+
+            host = torch.stack(values)
+        self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host)))
+        self._data_started = time.perf_counter()
+        self._resolve(block=False)
+
+    def _resolve(self, block: bool) -> None:
+        while self._pending and (block or self._clock.done(self._pending[0].end_marker)):
+            pending = self._pending.pop(0)
+            if block and self._torch is not None:
+                pending.end_marker.synchronize()
+            step_s = self._clock.seconds(self._last_end, pending.end_marker)
+            self._last_end = pending.end_marker
+            names, host = pending.scalars
+            values = dict(zip(names, (float(v) for v in host.tolist())))
+            record = StepRecord(pending.step, pending.samples, step_s, pending.data_s, values.get("loss"), pending.lr)
+            self.write("step", **asdict(record))
+            if self._on_step is not None:
+                self._on_step(record, values)
+
+    def close(self, **end_facts: Any) -> None:
+        """Writes the steps still in flight (one wait for the device) and the end record."""
+        if not self.active:
+            return
+        self._resolve(block=True)
+        self.write("end", **end_facts)
+        assert self._file is not None
+        self._file.close()
+        self._file = None

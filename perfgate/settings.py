@@ -1,0 +1,137 @@
+"""perfgate's options: declared once, registered as command-line options and ini keys, resolved
+(command line > ini file > default) and validated into one frozen ``Settings`` per session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from perfgate.launch import LAUNCHERS
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    dest: str
+    help: str
+    parse: Callable[[str], Any] | None = None
+    """Parses and validates a value given as text; None for on/off flags."""
+    default: Any = None
+    metavar: str | None = None
+
+    @property
+    def ini(self) -> str:
+        return f"perfgate_{self.dest}"
+
+
+def whole(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"must be a whole number, got {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"must be > 0 seconds, got {value:g}")
+    return value
+
+
+def launcher(text: str) -> str:
+    if text not in LAUNCHERS:
+        raise ValueError(f"unknown launcher {text!r}; available: {', '.join(LAUNCHERS)}")
+    return text
+
+
+def name(text: str) -> str:
+    if not text or "/" in text or text.startswith("."):
+        raise ValueError(f"must be a plain name usable as a directory, got {text!r}")
+    return text
+
+
+OPTIONS = (
+    Option("--nodes", "nodes", "number of nodes (torchrun agents) per case; the local launcher starts them "
+           "all on this host, meeting through c10d rendezvous (default: 1)", whole(1), 1, "N"),
+    Option("--gpus-per-node", "gpus_per_node", "GPUs (ranks) per node for GPU cases "
+           "(default: all visible GPUs, split evenly across --nodes by the local launcher)", whole(1), None, "N"),
+    Option("--launcher", "launcher", f"how nodes are started: {', '.join(LAUNCHERS)} (default: local)",
+           launcher, "local", "NAME"),
+    Option("--update-baselines", "update_baselines", "measure, then write the results as the baselines of this "
+           "hardware class (atomically; prints old -> new) instead of gating against them"),
+    Option("--baseline-dir", "baseline_dir", "root of the baseline files (default: <rootdir>/baselines)",
+           Path, None, "DIR"),
+    Option("--hardware-class", "hardware_class", "compare against the baselines of this hardware class instead "
+           "of the detected one (e.g. nvidia-h100-80gb-hbm3-x8-n1)", name, None, "NAME"),
+    Option("--perf-steps", "steps", "run every case for this many optimizer steps instead of its own count",
+           whole(1), None, "N"),
+    Option("--perf-warmup", "warmup", "exclude this many first steps from the measured window instead of the "
+           "case's own count", whole(0), None, "N"),
+    Option("--perf-timeout", "timeout", "kill a case (its whole process tree) after this many seconds instead of "
+           "the case's own timeout", seconds, None, "SECONDS"),
+    Option("--strict-baselines", "strict_baselines", "fail a case that has no baseline for this hardware class "
+           "(default: skip it with instructions to create one)"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    launcher: str = "local"
+    update_baselines: bool = False
+    baseline_dir: Path = Path("baselines")
+    hardware_class: str | None = None
+    steps: int | None = None
+    warmup: int | None = None
+    timeout: float | None = None
+    strict_baselines: bool = False
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfgate", "perfgate: distributed training performance gate")
+    for option in OPTIONS:
+        if option.parse is None:
+            group.addoption(option.flag, action="store_true", default=None, dest=option.dest, help=option.help)
+            parser.addini(option.ini, option.help, type="bool", default=False)
+        else:
+            group.addoption(option.flag, dest=option.dest, default=None, metavar=option.metavar, help=option.help)
+            parser.addini(option.ini, option.help, default=None)
+
+
+def resolve(config: pytest.Config) -> Settings:
+    """Builds the session's settings; a bad value is a usage error naming the option and its source."""
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw, source = config.getoption(option.dest), f"{option.flag} (command line)"
+        if raw is None:
+            raw, source = config.getini(option.ini), f"{option.ini} (ini file)"
+        if option.parse is None:
+            values[option.dest] = bool(raw)
+            continue
+        if raw in (None, ""):
+            values[option.dest] = option.default
+            continue
+        try:
+            values[option.dest] = option.parse(str(raw))
+        except ValueError as exc:
+            raise pytest.UsageError(f"perfgate: invalid value for {source}: {exc}") from None
+    baseline_dir = values.pop("baseline_dir") or Path(config.rootpath) / "baselines"
+    settings = Settings(baseline_dir=Path(baseline_dir).resolve(), **values)
+    if settings.steps is not None and settings.warmup is not None and settings.warmup >= settings.steps:
+        raise pytest.UsageError(
+            f"perfgate: --perf-warmup {settings.warmup} leaves no measured steps out of --perf-steps {settings.steps}"
+        )
+    return settings

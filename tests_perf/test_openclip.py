@@ -1,0 +1,37 @@
+"""OpenCLIP training (workloads/openclip_train.py) across precision and DDP settings.
+
+CPU flavour: the tiny `perfgate-ViT-tiny` config, 2 gloo ranks, local batch 32, 40 steps.
+GPU flavour: ViT-B-32 (or ViT-L-14) at local batch 256 (128), one nccl rank per GPU, 120 steps.
+"""
+
+from perfgate.cases import Case, Flavour, parametrize
+
+ENTRY = ("workloads/openclip_train.py",)
+TINY = {"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 32, "workers": 1}
+VIT_B = {"model": "ViT-B-32", "device": "cuda", "batch-size": 256, "workers": 8}
+
+
+def cpu(**args):
+    return Flavour({**TINY, **args}, steps=40, warmup=5, tolerance=0.20, timeout_s=300)
+
+
+def gpu(base=VIT_B, **args):
+    return Flavour({**base, "lr-warmup-steps": 20, **args}, steps=120, warmup=20, tolerance=0.05, timeout_s=1800)
+
+
+CASES = [
+    Case("openclip", "fp32", ENTRY, cpu=cpu(precision="fp32"), gpu=gpu(precision="fp32")),
+    Case("openclip", "amp_bf16", ENTRY, cpu=cpu(precision="amp_bf16"), gpu=gpu(precision="amp_bf16")),
+    Case("openclip", "amp", ENTRY, gpu=gpu(precision="amp")),
+    Case("openclip", "bucket100-nosync", ENTRY,
+         cpu=cpu(precision="fp32", **{"bucket-cap-mb": 100, "sync-buffers": False}),
+         gpu=gpu(precision="amp_bf16", **{"bucket-cap-mb": 100, "sync-buffers": False})),
+    Case("openclip", "workers0", ENTRY, cpu=cpu(precision="fp32", workers=0)),
+    Case("openclip", "vit-l-14-amp_bf16-gc", ENTRY,
+         gpu=gpu({**VIT_B, "model": "ViT-L-14", "batch-size": 128}, precision="amp_bf16", **{"grad-checkpointing": True})),
+]
+
+
+@parametrize(CASES)
+def test_openclip(perfgate, case):
+    perfgate.check(case)
