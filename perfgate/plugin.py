@@ -9,8 +9,10 @@ under pytest-xdist and appear in JUnit XML.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.pluginmanager.unregister(state)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """One case flavour resolved against the settings and this host, ready to launch."""
+
+    spec: LaunchSpec
+    hardware: hardware.Hardware
+    hardware_class: str
+    world_size: int
+    steps: int | None
+    warmup: int
+    baseline_file: Path
+
+
 class PerfGate:
     """Runs one case flavour end to end and gates it; what the ``perfgate`` fixture returns."""
 
@@ -105,20 +120,46 @@ class PerfGate:
 
     def check(self, run: CaseRun) -> dict[str, Any]:
         """Launches ``run``, measures it and asserts it against its baseline; returns the result."""
+        plan = self._plan(run)
+        result: dict[str, Any] = {
+            "case": run.key,
+            "test": self.request.node.nodeid,
+            "hardware_class": plan.hardware_class,
+            "world_size": plan.world_size,
+            "workdir": str(self.workdir),
+            "baseline_file": str(plan.baseline_file),
+            "verdict": "error",
+            "metrics": [],
+        }
+        self.request.node.user_properties.append((PROPERTY, result))
+        baseline = None
+        if not self.settings.update_baselines:
+            try:
+                baseline = baselines.load(plan.baseline_file)
+            except baselines.BaselineError as exc:
+                self._fail(result, f"{run.key}: {exc}")
+        measured, command = self._measure(run, plan, result)
+        if self.settings.update_baselines:
+            return self._update(run, plan, result, measured, command)
+        if baseline is None:
+            return self._no_baseline(run, plan, result, measured)
+        return self._judge(run, plan, result, baseline, measured, command)
+
+    def _plan(self, run: CaseRun) -> Plan:
+        """Resolves the case against the settings and this host; skips or fails before any launch."""
         settings, flavour = self.settings, run.flavour
         hw = self.state.hardware()
         if run.kind == "gpu" and not hw.has_gpu:
             pytest.skip("GPU flavour: torch sees no CUDA GPU on this machine (the CPU flavour runs with -m cpu)")
         nodes = settings.nodes
         per_node, devices = self._ranks_per_node(run, hw, nodes)
-        world = nodes * per_node
         steps = settings.steps if settings.steps is not None else flavour.steps
         warmup = settings.warmup if settings.warmup is not None else flavour.warmup
         if steps is not None and warmup >= steps:
             pytest.fail(f"{run.key}: {warmup} warm-up steps leave nothing to measure out of {steps}; "
                         "lower --perf-warmup or raise --perf-steps", pytrace=False)
         hw_class = settings.hardware_class or hardware.hardware_class(hw, kind=run.kind, per_node=per_node, nodes=nodes)
-        argv = run.argv(self.workdir, steps, world)
+        argv = run.argv(self.workdir, steps, nodes * per_node)
         if argv[0] != "-m":
             argv[0] = str((self.state.root / argv[0]).resolve())
         spec = LaunchSpec(
@@ -130,50 +171,45 @@ class PerfGate:
             env=self._child_env(),
             devices_per_node=devices,
         )
-        result: dict[str, Any] = {
-            "case": run.key,
-            "test": self.request.node.nodeid,
-            "hardware_class": hw_class,
-            "world_size": world,
-            "workdir": str(self.workdir),
-            "verdict": "error",
-            "metrics": [],
-        }
-        self.request.node.user_properties.append((PROPERTY, result))
-        progress = report.Progress(run.key, steps, self._say, overwrite=self._is_tty())
+        try:
+            path = baselines.baseline_path(settings.baseline_dir, hw_class, run.key)
+        except baselines.BaselineError as exc:
+            pytest.fail(f"{run.key}: {exc}", pytrace=False)
+        return Plan(spec, hw, hw_class, nodes * per_node, steps, warmup, path)
+
+    def _measure(self, run: CaseRun, plan: Plan, result: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """Launches the run with live progress and turns its step records into metrics."""
+        progress = report.Progress(run.key, plan.steps, self._say, overwrite=self._is_tty())
         follow = run.case.records.follow(self.workdir)
         try:
-            launched = launch(spec, on_poll=lambda elapsed: progress.update(follow(), elapsed))
+            launched = launch(plan.spec, on_poll=lambda elapsed: progress.update(follow(), elapsed))
         except LaunchFailed as failure:
             result["verdict"] = failure.kind
             self._fail(result, f"{run.key}: {failure.kind}: {failure.message}\nlogs kept in {self.workdir}")
         finally:
             self._end_progress()
-        command = shlex.join(launched.commands[0])
+        command = self._portable(shlex.join(launched.commands[0]))
         try:
-            measured = metrics.compute(run.case.records.read(self.workdir), warmup, world).as_dict()
+            measured = metrics.compute(run.case.records.read(self.workdir), plan.warmup, plan.world_size).as_dict()
         except (RecordsError, metrics.MetricsError, ValueError) as exc:
-            self._fail(result, f"{run.key}: the run finished but gave no measurement: {exc}\nlogs kept in {self.workdir}")
+            self._fail(result, f"{run.key}: the run finished but gave no measurement: {exc}\n"
+                               f"logs kept in {self.workdir}")
         result["measured"] = measured
         (self.workdir / "result.json").write_text(json.dumps({**result, "command": command}, indent=2) + "\n")
-        path = baselines.baseline_path(settings.baseline_dir, hw_class, run.key)
-        result["baseline_file"] = str(path)
-        if settings.update_baselines:
-            return self._update(run, result, path, measured, hw, hw_class, command)
+        return measured, command
+
+    def _judge(self, run, plan, result, baseline, measured, command) -> dict[str, Any]:
         try:
-            baseline = baselines.load(path)
+            verdicts = baselines.compare(baseline, measured)
         except baselines.BaselineError as exc:
             self._fail(result, f"{run.key}: {exc}")
-        if baseline is None:
-            return self._no_baseline(run, result, path, measured, hw_class)
-        verdicts = baselines.compare(baseline, measured)
         result["metrics"] = [self._row(v, "FAIL" if v.regressed else "pass") for v in verdicts]
         failed = [v for v in verdicts if v.regressed]
         result["verdict"] = "FAIL" if failed else "pass"
         if failed:
             lines = "\n".join(f"  {v.describe()}" for v in failed)
-            self._fail(result, f"{run.key}: performance regression on {hw_class}\n{lines}\n"
-                               f"baseline: {path}\ncommand: {command}\nlogs kept in {self.workdir}")
+            self._fail(result, f"{run.key}: performance regression on {plan.hardware_class}\n{lines}\n"
+                               f"baseline: {plan.baseline_file}\ncommand: {command}\nlogs kept in {self.workdir}")
         return result
 
     def _ranks_per_node(self, run: CaseRun, hw: hardware.Hardware, nodes: int) -> tuple[int, list[str] | None]:
@@ -190,7 +226,8 @@ class PerfGate:
             )
         return per_node, [",".join(ids[i * per_node:(i + 1) * per_node]) for i in range(nodes)]
 
-    def _update(self, run, result, path, measured, hw, hw_class, command) -> dict[str, Any]:
+    def _update(self, run, plan, result, measured, command) -> dict[str, Any]:
+        path, hw_class = plan.baseline_file, plan.hardware_class
         try:
             old = baselines.load(path)
         except baselines.BaselineError:
@@ -200,13 +237,13 @@ class PerfGate:
             hardware_class=hw_class,
             metrics={
                 name: baselines.MetricBaseline(
-                    value=measured[name], better=METRICS[name].better,
+                    value=float(f"{measured[name]:.6g}"), better=METRICS[name].better,
                     tolerance=run.flavour.tolerance, unit=METRICS[name].unit,
                 )
                 for name in run.case.gated
             },
             provenance={
-                **hardware.provenance(hw, root=self.state.root, command=command, hardware_class_name=hw_class),
+                **hardware.provenance(plan.hardware, root=self.state.root, command=command, hardware_class_name=hw_class),
                 "pytest_args": shlex.join(self.config.invocation_params.args),
                 "measured": measured,
             },
@@ -224,7 +261,8 @@ class PerfGate:
         result.update(verdict="updated", metrics=rows)
         return result
 
-    def _no_baseline(self, run, result, path, measured, hw_class) -> dict[str, Any]:
+    def _no_baseline(self, run, plan, result, measured) -> dict[str, Any]:
+        path, hw_class = plan.baseline_file, plan.hardware_class
         result["verdict"] = "no-baseline"
         result["metrics"] = [
             {"metric": name, "unit": METRICS[name].unit, "measured": measured[name], "verdict": "no-baseline"}
@@ -245,6 +283,11 @@ class PerfGate:
             "baseline": verdict.baseline, "change": verdict.change, "tolerance": verdict.tolerance,
             "verdict": outcome,
         }
+
+    def _portable(self, command: str) -> str:
+        """The launch command as it can be rerun from the repository root on another host."""
+        return (command.replace(str(self.workdir), "$WORKDIR")
+                .replace(str(self.state.root) + "/", "").replace(sys.executable, "python"))
 
     def _fail(self, result: dict[str, Any], message: str) -> None:
         result["message"] = message

@@ -56,18 +56,23 @@ def parse_line(line: str, source: str = "records") -> dict[str, Any] | None:
     return obj
 
 
-def step_from_dict(obj: dict[str, Any]) -> StepRecord:
-    return StepRecord(
-        step=int(obj["step"]),
-        samples=int(obj["samples"]),
-        step_s=float(obj["step_s"]),
-        data_s=float(obj["data_s"]),
-        loss=None if obj.get("loss") is None else float(obj["loss"]),
-        lr=None if obj.get("lr") is None else float(obj["lr"]),
-    )
+def step_from_dict(obj: dict[str, Any], source: str = "records") -> StepRecord:
+    try:
+        return StepRecord(
+            step=int(obj["step"]),
+            samples=int(obj["samples"]),
+            step_s=float(obj["step_s"]),
+            data_s=float(obj["data_s"]),
+            loss=None if obj.get("loss") is None else float(obj["loss"]),
+            lr=None if obj.get("lr") is None else float(obj["lr"]),
+        )
+    except KeyError as exc:
+        raise RecordsError(f"{source}: step record without field {exc.args[0]!r}: {obj}") from None
+    except (TypeError, ValueError):
+        raise RecordsError(f"{source}: step record with a non-numeric field: {obj}") from None
 
 
-def collect(objects: Iterator[dict[str, Any]]) -> RunRecords:
+def collect(objects: Iterator[dict[str, Any]], source: str = "records") -> RunRecords:
     start: dict[str, Any] = {}
     steps: list[StepRecord] = []
     end = None
@@ -76,7 +81,7 @@ def collect(objects: Iterator[dict[str, Any]]) -> RunRecords:
         if kind == "start":
             start = {k: v for k, v in obj.items() if k != "kind"}
         elif kind == "step":
-            steps.append(step_from_dict(obj))
+            steps.append(step_from_dict(obj, source))
         else:
             end = {k: v for k, v in obj.items() if k != "kind"}
     return RunRecords(start=start, steps=tuple(steps), end=end)
@@ -88,7 +93,7 @@ def read_records(path: Path) -> RunRecords:
     if not path.exists():
         raise RecordsError(f"{path}: no step records were written (did rank 0 start training?)")
     with path.open() as fh:
-        return collect(obj for obj in (parse_line(line, str(path)) for line in fh) if obj)
+        return collect((obj for obj in (parse_line(line, str(path)) for line in fh) if obj), str(path))
 
 
 class RecordsTail:

@@ -1,0 +1,53 @@
+from pathlib import Path
+
+import pytest
+
+from perfgate.cases import Case, CaseRun, Flavour, OpenClipLog, parametrize, runs, to_flags
+
+ENTRY = ("workloads/openclip_train.py",)
+
+
+def test_flags_from_args():
+    assert to_flags({"batch-size": 32, "grad-checkpointing": True, "sync-buffers": False, "skip": None}) == [
+        "--batch-size", "32", "--grad-checkpointing", "--no-sync-buffers"]
+
+
+def test_each_flavour_becomes_a_marked_param_with_a_readable_id():
+    case = Case("openclip", "fp32", ENTRY, cpu=Flavour({}), gpu=Flavour({}), marks=(pytest.mark.slow,))
+    params = runs([case, Case("openclip", "amp", ENTRY, gpu=Flavour({}))])
+    assert [p.id for p in params] == ["fp32-cpu", "fp32-gpu", "amp-gpu"]
+    assert [sorted(m.name for m in p.marks) for p in params] == [["cpu", "slow"], ["gpu", "slow"], ["gpu"]]
+    assert params[0].values[0].key == "openclip-fp32-cpu"
+
+
+def test_duplicate_case_names_are_rejected():
+    case = Case("openclip", "fp32", ENTRY, cpu=Flavour({}))
+    with pytest.raises(ValueError, match="repeated: openclip-fp32-cpu"):
+        parametrize([case, case])
+
+
+def test_argv_applies_steps_and_records(tmp_path):
+    run = CaseRun(Case("openclip", "fp32", ENTRY, cpu=Flavour({"model": "m", "steps": 7})), "cpu")
+    assert run.argv(tmp_path, steps=12, world_size=2) == [
+        *ENTRY, "--model", "m", "--steps", "12", "--records", str(tmp_path / "steps.jsonl")]
+    assert run.argv(tmp_path, steps=None, world_size=2)[4] == "7"
+
+
+def test_mmoclip_case_is_the_exact_upstream_command(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "suite_mmoclip", Path(__file__).resolve().parent.parent / "tests_perf" / "test_mmoclip.py")
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    run = CaseRun(suite.MMOCLIP, "gpu")
+    assert run.argv(tmp_path, steps=None, world_size=32) == [
+        "-m", "open_clip_train.main", "--dataset-type", "synthetic", "--train-num-samples", "3200000",
+        "--epochs", "1", "--batch-size", "512", "--model", "ViT-L-14", "--dist-url", "env://",
+        "--local-loss", "--gather-with-grad", "--grad-checkpointing", "--log-every-n-steps", "1",
+        "--name", "mmoclip",
+    ]
+    shortened = run.argv(tmp_path, steps=4, world_size=8)
+    assert shortened[shortened.index("--train-num-samples") + 1] == str(4 * 8 * 512)
+    assert isinstance(suite.MMOCLIP.records, OpenClipLog)
+    assert {m.name for m in suite.MMOCLIP.marks} == {"slow", "multinode"}

@@ -1,0 +1,52 @@
+import pytest
+
+from perfgate import hardware
+from perfgate.hardware import Hardware
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("NVIDIA A100-SXM4-40GB", "nvidia-a100-sxm4-40gb"),
+        ("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
+        ("Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "intel-xeon-platinum-8375c"),
+        ("AMD EPYC 7B13 64-Core Processor", "amd-epyc-7b13-64-core"),
+        ("???", "unknown"),
+    ],
+)
+def test_slug(name, expected):
+    assert hardware.slug(name) == expected
+
+
+def test_gpu_class_is_model_x_gpus_per_node_x_nodes():
+    hw = Hardware(cpu_model="AMD EPYC", cpu_cores=64, gpu_model="NVIDIA A100-SXM4-40GB", gpu_count=4)
+    assert hardware.hardware_class(hw, kind="gpu", per_node=4, nodes=8) == "nvidia-a100-sxm4-40gb-x4-n8"
+
+
+def test_cpu_class_is_model_cores_and_nodes():
+    hw = Hardware(cpu_model="AMD EPYC", cpu_cores=2)
+    assert hardware.hardware_class(hw, kind="cpu", per_node=2, nodes=1) == "cpu-amd-epyc-2c-n1"
+    assert hardware.hardware_class(hw, kind="cpu", per_node=2, nodes=2) == "cpu-amd-epyc-2c-n2"
+
+
+def test_cpu_flavour_on_a_gpu_host_is_classed_by_its_cpu():
+    hw = Hardware(cpu_model="AMD EPYC", cpu_cores=16, gpu_model="NVIDIA H200", gpu_count=1)
+    assert hardware.hardware_class(hw, kind="cpu", per_node=2, nodes=1) == "cpu-amd-epyc-16c-n1"
+
+
+def test_detect_on_this_machine_matches_torch():
+    torch = pytest.importorskip("torch")
+    hw = hardware.detect()
+    assert hw.cpu_cores >= 1 and hw.cpu_model
+    assert hw.gpu_count == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def test_provenance_records_versions_hardware_commit_and_command(tmp_path):
+    hw = Hardware(cpu_model="AMD EPYC", cpu_cores=2)
+    prov = hardware.provenance(hw, root=tmp_path, command="python -m torch.distributed.run x.py",
+                               hardware_class_name="cpu-amd-epyc-2c-n1")
+    assert prov["git_commit"] == "unknown"
+    assert prov["versions"]["torch"]
+    assert prov["hardware"]["class"] == "cpu-amd-epyc-2c-n1"
+    assert prov["command"] == "python -m torch.distributed.run x.py"
+    assert prov["date"].endswith("+00:00")

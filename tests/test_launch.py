@@ -1,0 +1,106 @@
+"""The local launcher with real torchrun agents and gloo ranks (small scripts, no model)."""
+
+import textwrap
+import time
+
+import pytest
+
+from perfgate.launch import KILL_GRACE_S, LaunchFailed, LaunchSpec, free_port, launch
+
+from conftest import leftover_processes
+
+PRELUDE = """
+import os, signal, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+"""
+
+SCRIPTS = {
+    "ok": "t = torch.ones(1); dist.all_reduce(t); print(f'rank {rank}/{world} sum {int(t.item())}', flush=True)",
+    "crash": "if rank == 1:\n    print('boom on rank 1', file=sys.stderr, flush=True); sys.exit(3)\ndist.barrier()",
+    "sigkill": "if rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\ndist.barrier()",
+    "hang": "if rank == 1:\n    time.sleep(3600)\ndist.barrier()",
+}
+
+
+def spec(tmp_path, name, **kwargs):
+    script = tmp_path / f"{name}.py"
+    script.write_text(PRELUDE + textwrap.dedent(SCRIPTS[name]) + "\n")
+    defaults = {"nodes": 1, "procs_per_node": 2, "timeout_s": 60.0}
+    return LaunchSpec(entry=[str(script)], workdir=tmp_path / "run", **{**defaults, **kwargs})
+
+
+def test_free_ports_are_distinct_and_bindable():
+    ports = {free_port() for _ in range(20)}
+    assert len(ports) > 15 and all(1024 < p < 65536 for p in ports)
+
+
+def test_successful_run_keeps_agent_and_rank_logs(tmp_path, no_leftovers):
+    result = launch(spec(tmp_path, "ok"))
+    assert len(result.agent_logs) == 1
+    assert "rank 0/2 sum 2" in result.agent_logs[0].read_text()
+    assert sorted(p.parent.name for p in (tmp_path / "run" / "node0").glob("*/attempt_0/*/stdout.log")) == ["0", "1"]
+
+
+def test_two_agents_meet_through_c10d_rendezvous(tmp_path, no_leftovers):
+    result = launch(spec(tmp_path, "ok", nodes=2))
+    text = "".join(log.read_text() for log in result.agent_logs)
+    assert {f"rank {r}/4 sum 4" for r in range(4)} <= {line.split("]:")[-1].strip() for line in text.splitlines()}
+
+
+def test_crashed_rank_is_named_with_exit_code_and_its_log_tail(tmp_path, no_leftovers):
+    with pytest.raises(LaunchFailed) as failure:
+        launch(spec(tmp_path, "crash"))
+    assert failure.value.kind == "crashed"
+    assert "rank 1 (node 0, local rank 1) failed: exit code 3" in failure.value.message
+    assert "boom on rank 1" in failure.value.message
+    assert failure.value.log_path.name == "stderr.log" and failure.value.log_path.parent.name == "1"
+
+
+def test_killed_rank_reports_the_signal(tmp_path, no_leftovers):
+    with pytest.raises(LaunchFailed, match="rank 1 .* failed: killed by signal SIGKILL") as failure:
+        launch(spec(tmp_path, "sigkill"))
+    assert failure.value.kind == "crashed"
+
+
+def test_hang_times_out_and_kills_the_whole_tree(tmp_path, no_leftovers):
+    started = time.monotonic()
+    with pytest.raises(LaunchFailed, match="no exit after the 8 s timeout") as failure:
+        launch(spec(tmp_path, "hang", timeout_s=8.0))
+    assert failure.value.kind == "timeout"
+    assert time.monotonic() - started < 8.0 + 2 * KILL_GRACE_S + 2
+
+
+def test_ctrl_c_kills_the_run(tmp_path, no_leftovers):
+    def interrupt(elapsed):
+        if leftover_processes(str(tmp_path)) and elapsed > 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        launch(spec(tmp_path, "hang"), on_poll=interrupt)
+
+
+def test_missing_script_is_a_clear_failure(tmp_path, no_leftovers):
+    bad = LaunchSpec(entry=[str(tmp_path / "nope.py")], workdir=tmp_path / "run", procs_per_node=1, timeout_s=60)
+    with pytest.raises(LaunchFailed, match="rank 0 .* failed: exit code 2") as failure:
+        launch(bad)
+    assert "nope.py" in failure.value.message
+
+
+def test_leftover_detector_sees_a_stray_tagged_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path,
+                             env={**os.environ, "PERFGATE_RUN_ID": "stray"})
+    try:
+        for _ in range(50):
+            if leftover_processes(str(tmp_path)):
+                break
+            time.sleep(0.1)
+        assert [p.pid for p in leftover_processes(str(tmp_path))] == [stray.pid]
+    finally:
+        stray.kill()
+        stray.wait()

@@ -1,0 +1,52 @@
+import math
+
+import pytest
+
+from perfgate.metrics import MetricsError, compute, percentile
+from perfgate.records import RunRecords, StepRecord
+
+
+def run(step_times, samples=64, data=0.01, losses=None, end=None):
+    losses = losses or [1.0] * len(step_times)
+    steps = tuple(StepRecord(i, samples, t, data, loss) for i, (t, loss) in enumerate(zip(step_times, losses)))
+    return RunRecords(start={"world_size": 2}, steps=steps, end=end)
+
+
+def test_throughput_excludes_warmup_and_uses_window_wall_time():
+    metrics = compute(run([5.0, 3.0, 1.0, 1.0, 2.0]), warmup=2)
+    assert metrics.window_s == pytest.approx(4.0)
+    assert metrics.samples_per_second == pytest.approx(3 * 64 / 4.0)
+    assert metrics.samples_per_second_per_rank == pytest.approx(3 * 64 / 4.0 / 2)
+    assert metrics.measured_steps == 3
+
+
+def test_total_time_is_the_mmoclip_definition_every_step_but_the_first():
+    assert compute(run([100.0, 2.0, 3.0]), warmup=0).total_time_secs == pytest.approx(5.0)
+
+
+def test_step_time_median_p90_and_data_share():
+    metrics = compute(run([1.0, 2.0, 3.0, 4.0, 10.0], data=0.5), warmup=0)
+    assert metrics.step_time_median_s == 3.0
+    assert metrics.step_time_p90_s == pytest.approx(7.6)
+    assert metrics.data_time_share == pytest.approx(2.5 / 20.0)
+
+
+def test_percentile_matches_linear_interpolation():
+    assert percentile([1.0], 90) == 1.0
+    assert percentile([1.0, 2.0], 50) == 1.5
+    assert percentile([3.0, 1.0, 2.0], 100) == 3.0
+
+
+def test_peak_memory_comes_from_the_end_record():
+    assert compute(run([1.0, 1.0], end={"peak_memory_bytes": 123}), warmup=0).peak_memory_bytes == 123
+    assert compute(run([1.0, 1.0]), warmup=0).peak_memory_bytes is None
+
+
+def test_all_warmup_is_an_error_that_says_what_to_change():
+    with pytest.raises(MetricsError, match="3 steps but 3 are warm-up.*--perf-steps"):
+        compute(run([1.0, 1.0, 1.0]), warmup=3)
+
+
+def test_non_finite_loss_is_divergence_not_a_measurement():
+    with pytest.raises(MetricsError, match="not finite from step 2"):
+        compute(run([1.0, 1.0, 1.0, 1.0], losses=[1.0, 0.5, math.nan, 0.1]), warmup=1)

@@ -1,0 +1,67 @@
+import json
+
+import pytest
+import torch
+
+from perfgate.records import RecordsError, RecordsTail, StepRecorder, read_records
+
+
+def test_recorder_chains_step_times_and_writes_start_steps_end(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    seen = []
+    recorder = StepRecorder(path, device_type="cpu", on_step=lambda record, scalars: seen.append(scalars))
+    recorder.write("start", world_size=2)
+    recorder.begin()
+    for step in range(3):
+        data_s = recorder.data_ready()
+        recorder.end_step(step, samples=8, data_s=data_s, lr=0.1,
+                          scalars={"loss": torch.tensor(2.0 - step), "logit_scale": torch.tensor(14.0)})
+    recorder.close(peak_memory_bytes=42)
+    records = read_records(path)
+    assert records.start == {"world_size": 2}
+    assert [s.step for s in records.steps] == [0, 1, 2]
+    assert [s.loss for s in records.steps] == [2.0, 1.0, 0.0]
+    assert all(s.step_s >= s.data_s >= 0 for s in records.steps)
+    assert records.end == {"peak_memory_bytes": 42}
+    assert seen[0]["logit_scale"] == 14.0
+
+
+def test_recorder_on_other_ranks_writes_nothing(tmp_path):
+    recorder = StepRecorder(None, device_type="cpu")
+    recorder.begin()
+    recorder.end_step(0, samples=8, data_s=0.0, lr=None, scalars={"loss": torch.tensor(1.0)})
+    recorder.close()
+    assert not recorder.active
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_records_file_says_nothing_was_written(tmp_path):
+    with pytest.raises(RecordsError, match="no step records were written"):
+        read_records(tmp_path / "steps.jsonl")
+
+
+def test_malformed_record_is_an_error(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text('{"kind": "step", "step": 0, "samples": 8, "step_s": 1, "data_s": 0}\n{"oops"\n')
+    with pytest.raises(RecordsError, match="not a JSON record"):
+        read_records(path)
+    path.write_text('{"kind": "step", "step": 0}\n')
+    with pytest.raises(RecordsError, match="step record without field 'samples'"):
+        read_records(path)
+    path.write_text('{"step": 0}\n')
+    with pytest.raises(RecordsError, match="without a known 'kind'"):
+        read_records(path)
+
+
+def test_tail_returns_only_new_complete_lines(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    tail = RecordsTail(path)
+    assert tail.new_records() == []
+    record = {"kind": "step", "step": 0, "samples": 1, "step_s": 1.0, "data_s": 0.0}
+    line = json.dumps(record)
+    path.write_text(line + "\n" + line[:10])
+    assert tail.new_records() == [record]
+    with path.open("a") as fh:
+        fh.write(line[10:] + "\n")
+    assert tail.new_records() == [record]
+    assert tail.new_records() == []

@@ -1,0 +1,56 @@
+"""Option parsing and validation, through pytest itself (pytester)."""
+
+import pytest
+
+from perfgate.settings import OPTIONS
+
+
+def test_help_lists_every_option_with_its_text(pytester):
+    result = pytester.runpytest("--help")
+    out = result.stdout.str()
+    for option in OPTIONS:
+        assert option.flag in out
+    assert "perfgate: distributed training performance gate" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--nodes", "0"], "invalid value for --nodes (command line): must be >= 1, got 0"),
+        (["--nodes", "two"], "invalid value for --nodes (command line): must be a whole number, got 'two'"),
+        (["--gpus-per-node", "-1"], "invalid value for --gpus-per-node (command line): must be >= 1"),
+        (["--launcher", "slurm"], "unknown launcher 'slurm'; available: local"),
+        (["--perf-timeout", "0"], "invalid value for --perf-timeout (command line): must be > 0 seconds"),
+        (["--perf-steps", "0"], "invalid value for --perf-steps (command line): must be >= 1, got 0"),
+        (["--hardware-class", "../x"], "must be a plain name usable as a directory"),
+        (["--perf-steps", "5", "--perf-warmup", "5"], "--perf-warmup 5 leaves no measured steps out of --perf-steps 5"),
+    ],
+)
+def test_bad_option_values_are_usage_errors_naming_the_option(pytester, args, message):
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+def test_ini_values_apply_and_bad_ones_name_the_ini_key(pytester):
+    pytester.makeini("[pytest]\nperfgate_nodes = lots\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "invalid value for perfgate_nodes (ini file): must be a whole number, got 'lots'" in result.stderr.str()
+
+
+def test_command_line_beats_ini_and_defaults_apply(pytester):
+    pytester.makeini("[pytest]\nperfgate_nodes = 3\nperfgate_launcher = local\n")
+    pytester.makeconftest(
+        """
+        from perfgate.plugin import STATE
+
+        def pytest_collection_finish(session):
+            s = session.config.stash[STATE].settings
+            print("SETTINGS", s.nodes, s.launcher, s.update_baselines, s.steps, s.baseline_dir.name)
+        """
+    )
+    result = pytester.runpytest("-s", "--nodes", "2")
+    result.stdout.fnmatch_lines(["SETTINGS 2 local False None baselines"])
+    result = pytester.runpytest("-s")
+    result.stdout.fnmatch_lines(["SETTINGS 3 local False None baselines"])
