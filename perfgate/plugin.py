@@ -181,8 +181,16 @@ class PerfGate:
         """Launches the run with live progress and turns its step records into metrics."""
         progress = report.Progress(run.key, plan.steps, self._say, overwrite=self._is_tty())
         follow = run.case.records.follow(self.workdir)
+
+        def show_progress(elapsed: float) -> None:
+            try:
+                new_steps = follow()
+            except RecordsError:
+                new_steps = []
+            progress.update(new_steps, elapsed)
+
         try:
-            launched = launch(plan.spec, on_poll=lambda elapsed: progress.update(follow(), elapsed))
+            launched = launch(plan.spec, on_poll=show_progress)
         except LaunchFailed as failure:
             result["verdict"] = failure.kind
             self._fail(result, f"{run.key}: {failure.kind}: {failure.message}\nlogs kept in {self.workdir}")

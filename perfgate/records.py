@@ -128,6 +128,10 @@ class _WallClock:
         return True
 
     @staticmethod
+    def wait(marker: float) -> None:
+        return None
+
+    @staticmethod
     def seconds(earlier: float, later: float) -> float:
         return later - earlier
 
@@ -146,6 +150,10 @@ class _CudaClock:
     @staticmethod
     def done(marker: Any) -> bool:
         return bool(marker.query())
+
+    @staticmethod
+    def wait(marker: Any) -> None:
+        marker.synchronize()
 
     @staticmethod
     def seconds(earlier: Any, later: Any) -> float:
@@ -178,6 +186,7 @@ class StepRecorder:
         *,
         device_type: str,
         on_step: Callable[[StepRecord, dict[str, float]], None] | None = None,
+        clock: Any = None,
     ) -> None:
         self._path = Path(path) if path else None
         self._file = self._path.open("w") if self._path else None
@@ -187,9 +196,7 @@ class StepRecorder:
             import torch
 
             self._torch = torch
-            self._clock: _WallClock | _CudaClock = _CudaClock(torch)
-        else:
-            self._clock = _WallClock()
+        self._clock = clock or (_CudaClock(self._torch) if self._torch is not None else _WallClock())
         self._pending: list[_PendingStep] = []
         self._last_end: Any = None
         self._data_started = 0.0
@@ -233,8 +240,8 @@ class StepRecorder:
     def _resolve(self, block: bool) -> None:
         while self._pending and (block or self._clock.done(self._pending[0].end_marker)):
             pending = self._pending.pop(0)
-            if block and self._torch is not None:
-                pending.end_marker.synchronize()
+            if block:
+                self._clock.wait(pending.end_marker)
             step_s = self._clock.seconds(self._last_end, pending.end_marker)
             self._last_end = pending.end_marker
             names, host = pending.scalars

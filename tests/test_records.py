@@ -65,3 +65,53 @@ def test_tail_returns_only_new_complete_lines(tmp_path):
         fh.write(line[10:] + "\n")
     assert tail.new_records() == [record]
     assert tail.new_records() == []
+
+
+class FakeDeviceClock:
+    """Markers the test completes by hand, like CUDA events the device has not reached yet."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.reached = 0
+        self.waits = 0
+
+    def mark(self):
+        self.now += 1.5
+        return self.now
+
+    def done(self, marker):
+        return marker <= self.reached
+
+    def wait(self, marker):
+        self.waits += 1
+        self.reached = max(self.reached, marker)
+
+    @staticmethod
+    def seconds(earlier, later):
+        return later - earlier
+
+
+def test_steps_are_written_late_once_the_device_reaches_them_without_waiting(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    clock = FakeDeviceClock()
+    recorder = StepRecorder(path, device_type="cpu", clock=clock)
+    recorder.begin()
+
+    def step(index):
+        recorder.end_step(index, samples=4, data_s=0.0, lr=None, scalars={"loss": torch.tensor(1.0)})
+
+    def written():
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        return [r["step"] for r in records if r["kind"] == "step"]
+
+    step(0)
+    step(1)
+    assert written() == []
+    clock.reached = 4.5  # origin 1.5, step 0 ends at 3.0, step 1 at 4.5, step 2 at 6.0
+    step(2)
+    assert written() == [0, 1]
+    assert clock.waits == 0
+    recorder.close()
+    assert written() == [0, 1, 2]
+    assert clock.waits == 1
+    assert [s.step_s for s in read_records(path).steps] == [1.5, 1.5, 1.5]

@@ -80,8 +80,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.lr_warmup_steps < 0:
         problems.append(f"--lr-warmup-steps must be >= 0, got {args.lr_warmup_steps}")
     if args.model not in open_clip.list_models():
-        vits = ", ".join(m for m in open_clip.list_models() if m.startswith(("ViT-B", "ViT-L", "perfgate")))
-        problems.append(f"--model {args.model!r} is not an open_clip config; for example: {vits}")
+        problems.append(
+            f"--model {args.model!r} is not an open_clip config (open_clip.list_models() has "
+            f"{len(open_clip.list_models())}, e.g. perfgate-ViT-tiny, ViT-B-32, ViT-B-16, ViT-L-14)"
+        )
     if args.device == "cuda" and not torch.cuda.is_available():
         problems.append("--device cuda was asked for but torch sees no CUDA device")
     if problems:
