@@ -13,7 +13,7 @@ from perfgate.cases import Case, Flavour, parametrize
 TINY = {{"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 16, "workers": 0}}
 CASES = [
     Case("openclip", "tiny", ({str(WORKLOAD)!r},),
-         cpu=Flavour(TINY, steps=12, warmup=2, tolerance=0.3, timeout_s=240),
+         cpu=Flavour(TINY, steps=12, warmup=2, tolerance=0.4, timeout_s=240),
          gpu=Flavour({{**TINY, "device": "cuda"}})),
     Case("openclip", "bad-model", ({str(WORKLOAD)!r},), cpu=Flavour({{**TINY, "model": "ViT-Nope"}}, timeout_s=120)),
 ]
@@ -41,6 +41,8 @@ def baseline_file(pytester):
 
 
 def test_missing_baseline_update_pass_and_regression(suite):
+    """Tolerance 40 %: the pass survives a loaded machine; against a baseline twice as good the total
+    time is ~+100 %, so the regression is caught whatever the load."""
     first = run(suite, "-k", "tiny-cpu", "-rs")
     first.assert_outcomes(skipped=1)
     first.stdout.fnmatch_lines([
@@ -54,7 +56,7 @@ def test_missing_baseline_update_pass_and_regression(suite):
     stored = json.loads(baseline_file(suite).read_text())
     assert stored["metrics"]["samples_per_second"]["better"] == "higher"
     assert stored["metrics"]["total_time_secs"]["better"] == "lower"
-    assert stored["metrics"]["samples_per_second"]["tolerance"] == 0.3
+    assert stored["metrics"]["samples_per_second"]["tolerance"] == 0.4
     provenance = stored["provenance"]
     assert provenance["versions"]["torch"].startswith("2.")
     assert "torch.distributed.run" in provenance["command"] and "$WORKDIR/steps.jsonl" in provenance["command"]
@@ -71,11 +73,11 @@ def test_missing_baseline_update_pass_and_regression(suite):
     regress.assert_outcomes(failed=1)
     regress.stdout.fnmatch_lines([
         "*openclip-tiny-cpu: performance regression on pinned-cpu-class",
-        "*samples_per_second (higher is better): measured * vs baseline *: -[45]?.?% (tolerance 30.0%)",
-        "*total_time_secs (lower is better): measured * vs baseline *: +*% (tolerance 30.0%)",
+        "*total_time_secs (lower is better): measured * s vs baseline * s: +*% (tolerance 40.0%)",
         "*baseline: *openclip-tiny-cpu.json",
         "*command: python -m torch.distributed.run *openclip_train.py*",
-        "*openclip-tiny-cpu*samples_per_second*FAIL*",
+        "*logs kept in *test_clip_tiny_cpu_0",
+        "*openclip-tiny-cpu*total_time_secs*FAIL*",
     ])
     assert json.loads(baseline_file(suite).read_text()) == stored
 
