@@ -1,7 +1,8 @@
 """Baselines: one reviewable JSON file per case per hardware class, compared and rewritten safely.
 
-Layout: ``<baseline-dir>/<hardware-class>/<case>.json``. A file holds, per gated metric, the value,
-which direction is better, and the tolerance; and the provenance of the measurement. Files are
+Layout: ``<baseline-dir>/<hardware-class>/<case>.json``. A file holds, per gated metric, the value
+(the median of the runs it was measured from), the runs themselves and their spread, which direction
+is better, and the tolerance; the workload version; and the provenance of the measurement. Files are
 replaced atomically (write a temporary file beside it, fsync, rename), so a reader or an interrupted
 update only ever sees the old or the new file. A file that cannot be read is an error, never
 "no baseline".
@@ -16,7 +17,9 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from perfgate import stats
 
 SCHEMA = 1
 DIRECTIONS = ("higher", "lower")
@@ -33,6 +36,19 @@ class MetricBaseline:
     better: str
     tolerance: float
     unit: str = ""
+    runs: tuple[float, ...] = ()
+    """Per-run values the value is the median of; empty for a single published figure."""
+
+    @property
+    def samples(self) -> tuple[float, ...]:
+        return self.runs or (self.value,)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"value": self.value, "better": self.better, "tolerance": self.tolerance, "unit": self.unit}
+        if self.runs:
+            data["runs"] = list(self.runs)
+            data["relative_spread"] = round(stats.relative_spread(self.runs), 6)
+        return data
 
 
 @dataclass(frozen=True)
@@ -41,44 +57,47 @@ class Baseline:
     hardware_class: str
     metrics: Mapping[str, MetricBaseline]
     provenance: Mapping[str, Any]
+    workload_version: str = "1"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "case": self.case,
             "hardware_class": self.hardware_class,
-            "metrics": {
-                name: {"value": m.value, "better": m.better, "tolerance": m.tolerance, "unit": m.unit}
-                for name, m in sorted(self.metrics.items())
-            },
+            "workload_version": self.workload_version,
+            "metrics": {name: m.to_json() for name, m in sorted(self.metrics.items())},
             "provenance": dict(self.provenance),
         }
 
 
 @dataclass(frozen=True)
 class MetricVerdict:
-    """One metric judged against its baseline. ``change`` is relative: +0.05 means 5 % above."""
+    """One metric of the current runs judged against its baseline's runs."""
 
     metric: str
     better: str
     unit: str
+    tolerance: float
     baseline: float
     measured: float
-    tolerance: float
+    runs: int
+    comparison: stats.Comparison
+    decision: stats.Decision
 
     @property
     def change(self) -> float:
-        return (self.measured - self.baseline) / self.baseline
+        """Relative change of the medians: +0.05 means 5 % above the baseline."""
+        return self.comparison.change
 
     @property
-    def regressed(self) -> bool:
-        worse = -self.change if self.better == "higher" else self.change
-        return worse > self.tolerance
+    def outcome(self) -> str:
+        return self.decision.outcome
 
     def describe(self) -> str:
         return (
             f"{self.metric} ({self.better} is better): measured {self.measured:.6g} {self.unit} "
-            f"vs baseline {self.baseline:.6g} {self.unit}: {self.change:+.1%} (tolerance {self.tolerance:.1%})"
+            f"(median of {self.runs} run{'s' if self.runs != 1 else ''}) vs baseline {self.baseline:.6g} {self.unit}: "
+            f"{self.change:+.1%} (tolerance {self.tolerance:.1%}); {self.decision.reason}"
         )
 
 
@@ -121,7 +140,12 @@ def parse(obj: Any, where: str) -> Baseline:
             raise BaselineError(f"{here}: value must be a positive number, got {value}")
         if not 0 <= tolerance < 1:
             raise BaselineError(f"{here}: tolerance must be a fraction in [0, 1), got {tolerance}")
-        metrics[name] = MetricBaseline(value, better, tolerance, str(raw.get("unit", "")))
+        runs = raw.get("runs", [])
+        if not isinstance(runs, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in runs
+        ):
+            raise BaselineError(f"{here}: 'runs' must be a list of positive numbers")
+        metrics[name] = MetricBaseline(value, better, tolerance, str(raw.get("unit", "")), tuple(map(float, runs)))
     if not metrics:
         raise BaselineError(f"{where}: no metrics")
     return Baseline(
@@ -129,6 +153,7 @@ def parse(obj: Any, where: str) -> Baseline:
         hardware_class=_field(obj, "hardware_class", str, where),
         metrics=metrics,
         provenance=obj.get("provenance", {}),
+        workload_version=str(obj.get("workload_version", "1")),
     )
 
 
@@ -181,12 +206,17 @@ def write(path: Path, baseline: Baseline) -> None:
         os.close(dir_fd)
 
 
-def compare(baseline: Baseline, measured: Mapping[str, float | None]) -> list[MetricVerdict]:
-    """Judges every baseline metric that was measured; a metric not measured is an error."""
+def judge(baseline: Baseline, current: Mapping[str, Sequence[float]]) -> list[MetricVerdict]:
+    """Judges every metric the baseline gates from the current runs' values of it."""
     verdicts = []
     for name, ref in baseline.metrics.items():
-        value = measured.get(name)
-        if value is None:
+        values = [v for v in current.get(name, ()) if v is not None]
+        if not values:
             raise BaselineError(f"baseline of {baseline.case} gates {name!r}, which this run did not measure")
-        verdicts.append(MetricVerdict(name, ref.better, ref.unit, ref.value, float(value), ref.tolerance))
+        comparison = stats.compare_runs(ref.samples, values)
+        verdicts.append(MetricVerdict(
+            metric=name, better=ref.better, unit=ref.unit, tolerance=ref.tolerance,
+            baseline=stats.median(ref.samples), measured=stats.median(values), runs=len(values),
+            comparison=comparison, decision=stats.decide(comparison, ref.better, ref.tolerance),
+        ))
     return verdicts

@@ -90,7 +90,10 @@ class Flavour:
     warmup: int = 5
     ranks_per_node: int | None = None
     """Ranks per node; None means 2 on CPU and one per visible GPU on GPU."""
-    tolerance: float = 0.15
+    tolerance: float | None = None
+    """A fixed tolerance (fraction); None derives it from the noise measured at --update-baselines."""
+    tolerance_floor: float = 0.03
+    """The least tolerance a noise-derived one may be."""
     timeout_s: float = 600.0
 
 
@@ -111,6 +114,10 @@ class Case:
     steps_args: Callable[[int, int, int | None], Mapping[str, Any]] = default_steps_args
     """Maps (steps, world size, local batch) to the workload arguments that set its length."""
     marks: tuple[Any, ...] = ()
+    version: str = "1"
+    """Bump when the workload changes what it measures: baselines of other versions are not compared."""
+    inject_flag: str | None = "--inject-slowdown"
+    """The workload's planted-slowdown option; None when it has none (upstream programs)."""
 
 
 @dataclass(frozen=True)
@@ -135,11 +142,12 @@ class CaseRun:
         """The baseline file's name (without .json) within its hardware class."""
         return f"{self.case.workload}-{self.id}"
 
-    def argv(self, workdir: Path, steps: int | None, world_size: int) -> list[str]:
+    def argv(self, workdir: Path, steps: int | None, world_size: int, inject_slowdown: float = 0.0) -> list[str]:
         args = dict(self.flavour.args)
         if steps is not None:
             args.update(self.case.steps_args(steps, world_size, args.get("batch-size")))
-        return [*self.case.entry, *to_flags(args), *self.case.records.args(workdir)]
+        planted = [self.case.inject_flag, str(inject_slowdown)] if inject_slowdown and self.case.inject_flag else []
+        return [*self.case.entry, *to_flags(args), *self.case.records.args(workdir), *planted]
 
 
 def to_flags(args: Mapping[str, Any]) -> list[str]:

@@ -8,20 +8,22 @@ under pytest-xdist and appear in JUnit XML.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import dataclass
 import os
 import shlex
 import sys
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from perfgate import baselines, hardware, metrics, report
-from perfgate.metrics import METRICS
+from perfgate import baselines, hardware, metrics, report, stats
 from perfgate.cases import DEFAULT_CPU_RANKS, CaseRun
 from perfgate.launch import LaunchFailed, LaunchSpec, launch
+from perfgate.metrics import METRICS
 from perfgate.records import RecordsError
 from perfgate.settings import Settings, add_options, resolve
 
@@ -33,6 +35,10 @@ MARKERS = {
 }
 PROPERTY = "perfgate"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+class StaleBaselineWarning(UserWarning):
+    """A case ran significantly faster than its baseline allows: re-measure and review the baseline."""
 
 
 class SessionState:
@@ -58,9 +64,20 @@ class SessionState:
             return
         results = sorted(self.results, key=lambda r: r["case"])
         classes = sorted({r["hardware_class"] for r in results if r.get("hardware_class")})
-        terminalreporter.section(f"perfgate: {len(results)} case(s), hardware class {', '.join(classes) or '-'}")
-        for line in report.table(report.summary_rows(results)):
-            terminalreporter.write_line(line)
+        planted = self.settings.inject_slowdown
+        title = f"perfgate: {len(results)} case(s), hardware class {', '.join(classes) or '-'}"
+        terminalreporter.section(title + (f", PLANTED SLOWDOWN {planted:.0%}" if planted else ""))
+        judged = [r for r in results if r["verdict"] != "updated"]
+        if judged:
+            for line in report.table(report.summary_rows(judged)):
+                terminalreporter.write_line(line)
+        updated = [r for r in results if r["verdict"] == "updated"]
+        if updated:
+            terminalreporter.write_line("baselines written (review the diff before committing):")
+            for line in report.table(report.update_rows(updated), report.UPDATE_HEADER):
+                terminalreporter.write_line(line)
+            for result in updated:
+                terminalreporter.write_line(f"wrote {result['baseline_file']}")
         missing = [r for r in results if r["verdict"] == "no-baseline"]
         if missing:
             terminalreporter.write_line(
@@ -69,9 +86,6 @@ class SessionState:
                 f"{self.settings.baseline_dir}.",
                 yellow=True,
             )
-        for result in results:
-            if result["verdict"] == "updated":
-                terminalreporter.write_line(f"wrote {result['baseline_file']}")
 
 
 STATE = pytest.StashKey[SessionState]()
@@ -99,13 +113,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 class Plan:
     """One case flavour resolved against the settings and this host, ready to launch."""
 
+    run: CaseRun
     spec: LaunchSpec
+    """Topology, timeout and environment; each run fills in its own directory and arguments."""
     hardware: hardware.Hardware
     hardware_class: str
+    detected_class: str
     world_size: int
     steps: int | None
     warmup: int
     baseline_file: Path
+
+
+@dataclass
+class Measurement:
+    """Every run of a case so far: one metrics dict per run, with its step times."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    command: str = ""
+
+    def values(self, metric: str) -> list[float]:
+        return [run["metrics"][metric] for run in self.runs if run["metrics"].get(metric) is not None]
+
+    def medians(self) -> dict[str, float | None]:
+        names = self.runs[0]["metrics"].keys() if self.runs else ()
+        return {name: stats.median(self.values(name)) if self.values(name) else None for name in names}
 
 
 class PerfGate:
@@ -117,9 +149,10 @@ class PerfGate:
         self.state = self.config.stash[STATE]
         self.settings = self.state.settings
         self.workdir = workdir
+        self._measurement = Measurement()
 
     def check(self, run: CaseRun) -> dict[str, Any]:
-        """Launches ``run``, measures it and asserts it against its baseline; returns the result."""
+        """Launches ``run`` (repeatedly), measures it and judges it against its baseline; returns the result."""
         plan = self._plan(run)
         result: dict[str, Any] = {
             "case": run.key,
@@ -128,22 +161,37 @@ class PerfGate:
             "world_size": plan.world_size,
             "workdir": str(self.workdir),
             "baseline_file": str(plan.baseline_file),
+            "injected_slowdown": self.settings.inject_slowdown,
             "verdict": "error",
             "metrics": [],
         }
         self.request.node.user_properties.append((PROPERTY, result))
-        baseline = None
-        if not self.settings.update_baselines:
-            try:
-                baseline = baselines.load(plan.baseline_file)
-            except baselines.BaselineError as exc:
+        try:
+            return self._check(plan, result)
+        finally:
+            (self.workdir / "result.json").write_text(json.dumps(
+                {**result, "command": self._measurement.command, "per_run": self._measurement.runs}, indent=2) + "\n")
+
+    def _check(self, plan: Plan, result: dict[str, Any]) -> dict[str, Any]:
+        run = plan.run
+        try:
+            baseline = baselines.load(plan.baseline_file)
+        except baselines.BaselineError as exc:
+            if not self.settings.update_baselines:
                 self._fail(result, f"{run.key}: {exc}")
-        measured, command = self._measure(run, plan, result)
+            baseline = None
         if self.settings.update_baselines:
-            return self._update(run, plan, result, measured, command)
+            self._refuse_foreign_overwrite(plan, baseline, result)
+            measurement = self._measure(plan, result, self.settings.baseline_repeats)
+            return self._update(plan, result, baseline, measurement)
+        if baseline is not None and baseline.workload_version != run.case.version:
+            self._fail(result, f"{run.key}: {plan.baseline_file} was measured with workload version "
+                               f"{baseline.workload_version}, the case is version {run.case.version}: the numbers are "
+                               "not comparable. Re-measure: --update-baselines --force-baseline-update")
+        measurement = self._measure(plan, result, self.settings.repeats)
         if baseline is None:
-            return self._no_baseline(run, plan, result, measured)
-        return self._judge(run, plan, result, baseline, measured, command)
+            return self._no_baseline(plan, result, measurement)
+        return self._judge(plan, result, baseline, measurement)
 
     def _plan(self, run: CaseRun) -> Plan:
         """Resolves the case against the settings and this host; skips or fails before any launch."""
@@ -151,6 +199,8 @@ class PerfGate:
         hw = self.state.hardware()
         if run.kind == "gpu" and not hw.has_gpu:
             pytest.skip("GPU flavour: torch sees no CUDA GPU on this machine (the CPU flavour runs with -m cpu)")
+        if settings.inject_slowdown and run.case.inject_flag is None:
+            pytest.skip(f"{run.key}: its workload has no way to plant a slowdown (--perf-inject-slowdown)")
         nodes = settings.nodes
         per_node, devices = self._ranks_per_node(run, hw, nodes)
         steps = settings.steps if settings.steps is not None else flavour.steps
@@ -158,12 +208,10 @@ class PerfGate:
         if steps is not None and warmup >= steps:
             pytest.fail(f"{run.key}: {warmup} warm-up steps leave nothing to measure out of {steps}; "
                         "lower --perf-warmup or raise --perf-steps", pytrace=False)
-        hw_class = settings.hardware_class or hardware.hardware_class(hw, kind=run.kind, per_node=per_node, nodes=nodes)
-        argv = run.argv(self.workdir, steps, nodes * per_node)
-        if argv[0] != "-m":
-            argv[0] = str((self.state.root / argv[0]).resolve())
+        detected = hardware.hardware_class(hw, kind=run.kind, per_node=per_node, nodes=nodes)
+        hw_class = settings.hardware_class or detected
         spec = LaunchSpec(
-            entry=argv,
+            entry=(),
             workdir=self.workdir,
             nodes=nodes,
             procs_per_node=per_node,
@@ -175,12 +223,24 @@ class PerfGate:
             path = baselines.baseline_path(settings.baseline_dir, hw_class, run.key)
         except baselines.BaselineError as exc:
             pytest.fail(f"{run.key}: {exc}", pytrace=False)
-        return Plan(spec, hw, hw_class, nodes * per_node, steps, warmup, path)
+        return Plan(run, spec, hw, hw_class, detected, nodes * per_node, steps, warmup, path)
 
-    def _measure(self, run: CaseRun, plan: Plan, result: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """Launches the run with live progress and turns its step records into metrics."""
-        progress = report.Progress(run.key, plan.steps, self._say, overwrite=self._is_tty())
-        follow = run.case.records.follow(self.workdir)
+    def _measure(self, plan: Plan, result: dict[str, Any], repeats: int) -> Measurement:
+        for _ in range(repeats):
+            self._launch_once(plan, result, self._measurement, repeats)
+        return self._measurement
+
+    def _launch_once(self, plan: Plan, result: dict[str, Any], measurement: Measurement, planned: int) -> None:
+        """One whole torchrun launch in its own directory, with live progress; appends its metrics."""
+        index = len(measurement.runs)
+        run_dir = self.workdir / f"run{index}"
+        argv = plan.run.argv(run_dir, plan.steps, plan.world_size, self.settings.inject_slowdown)
+        if argv[0] != "-m":
+            argv[0] = str((self.state.root / argv[0]).resolve())
+        spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv)
+        label = f"{plan.run.key} run {index + 1}/{max(planned, index + 1)}"
+        progress = report.Progress(label, plan.steps, self._say, overwrite=self._is_tty())
+        follow = plan.run.case.records.follow(run_dir)
 
         def show_progress(elapsed: float) -> None:
             try:
@@ -190,34 +250,62 @@ class PerfGate:
             progress.update(new_steps, elapsed)
 
         try:
-            launched = launch(plan.spec, on_poll=show_progress)
+            launched = launch(spec, on_poll=show_progress)
         except LaunchFailed as failure:
             result["verdict"] = failure.kind
-            self._fail(result, f"{run.key}: {failure.kind}: {failure.message}\nlogs kept in {self.workdir}")
+            self._fail(result, f"{plan.run.key}: {failure.kind} in run {index + 1}: {failure.message}\n"
+                               f"logs kept in {run_dir}")
         finally:
             self._end_progress()
-        command = self._portable(shlex.join(launched.commands[0]))
+        measurement.command = self._portable(shlex.join(launched.commands[0]), run_dir)
         try:
-            measured = metrics.compute(run.case.records.read(self.workdir), plan.warmup, plan.world_size).as_dict()
+            records = plan.run.case.records.read(run_dir)
+            measured = metrics.compute(records, plan.warmup, plan.world_size).as_dict()
         except (RecordsError, metrics.MetricsError, ValueError) as exc:
-            self._fail(result, f"{run.key}: the run finished but gave no measurement: {exc}\n"
-                               f"logs kept in {self.workdir}")
-        result["measured"] = measured
-        (self.workdir / "result.json").write_text(json.dumps({**result, "command": command}, indent=2) + "\n")
-        return measured, command
+            self._fail(result, f"{plan.run.key}: run {index + 1} finished but gave no measurement: {exc}\n"
+                               f"logs kept in {run_dir}")
+        measurement.runs.append({
+            "run": index,
+            "metrics": measured,
+            "step_times_s": [s.step_s for s in records.steps],
+            "data_times_s": [s.data_s for s in records.steps],
+        })
+        result["measured"] = measurement.medians()
+        result["runs"] = len(measurement.runs)
 
-    def _judge(self, run, plan, result, baseline, measured, command) -> dict[str, Any]:
-        try:
-            verdicts = baselines.compare(baseline, measured)
-        except baselines.BaselineError as exc:
-            self._fail(result, f"{run.key}: {exc}")
-        result["metrics"] = [self._row(v, "FAIL" if v.regressed else "pass") for v in verdicts]
-        failed = [v for v in verdicts if v.regressed]
-        result["verdict"] = "FAIL" if failed else "pass"
-        if failed:
-            lines = "\n".join(f"  {v.describe()}" for v in failed)
-            self._fail(result, f"{run.key}: performance regression on {plan.hardware_class}\n{lines}\n"
-                               f"baseline: {plan.baseline_file}\ncommand: {command}\nlogs kept in {self.workdir}")
+    def _judge(self, plan: Plan, result: dict[str, Any], baseline: baselines.Baseline,
+               measurement: Measurement) -> dict[str, Any]:
+        """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""
+        run = plan.run
+        while True:
+            try:
+                verdicts = baselines.judge(baseline, {name: measurement.values(name) for name in baseline.metrics})
+            except baselines.BaselineError as exc:
+                self._fail(result, f"{run.key}: {exc}")
+            undecided = any(v.outcome == "inconclusive" for v in verdicts)
+            if not undecided or len(measurement.runs) >= self.settings.repeat_cap:
+                break
+            self._launch_once(plan, result, measurement, self.settings.repeat_cap)
+        outcomes = [stats.settle(v.decision).outcome for v in verdicts]
+        result["metrics"] = [self._row(v, outcome) for v, outcome in zip(verdicts, outcomes)]
+        planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
+                   if self.settings.inject_slowdown else "")
+        details = "\n".join(f"  {v.describe()}" for v in verdicts)
+        context = (f"baseline: {plan.baseline_file}\ncommand: {measurement.command}\n"
+                   f"logs kept in {self.workdir}")
+        if "FAIL" in outcomes:
+            result["verdict"] = "FAIL"
+            self._fail(result, f"{run.key}: performance regression on {plan.hardware_class}{planted}\n"
+                               f"{details}\n{context}")
+        if "stale" in outcomes:
+            result["verdict"] = "stale"
+            message = (f"{run.key}: stale baseline on {plan.hardware_class}{planted}: significantly faster than "
+                       f"{plan.baseline_file} allows\n{details}\nre-measure with --update-baselines and review")
+            if self.settings.fail_stale:
+                self._fail(result, message)
+            warnings.warn(StaleBaselineWarning(message))
+            return result
+        result["verdict"] = "pass"
         return result
 
     def _ranks_per_node(self, run: CaseRun, hw: hardware.Hardware, nodes: int) -> tuple[int, list[str] | None]:
@@ -234,51 +322,70 @@ class PerfGate:
             )
         return per_node, [",".join(ids[i * per_node:(i + 1) * per_node]) for i in range(nodes)]
 
-    def _update(self, run, plan, result, measured, command) -> dict[str, Any]:
-        path, hw_class = plan.baseline_file, plan.hardware_class
-        try:
-            old = baselines.load(path)
-        except baselines.BaselineError:
-            old = None
+    def _refuse_foreign_overwrite(self, plan: Plan, old: baselines.Baseline | None, result: dict[str, Any]) -> None:
+        """--update-baselines must not silently replace numbers from other hardware or another workload."""
+        if old is None or self.settings.force_baseline_update:
+            return
+        measured_on = old.provenance.get("hardware", {}).get("detected_class")
+        if old.workload_version != plan.run.case.version:
+            reason = f"workload version {old.workload_version} (the case is version {plan.run.case.version})"
+        elif measured_on is None:
+            reason = "a baseline perfgate did not measure on this kind of machine (a published reference?)"
+        elif measured_on != plan.detected_class:
+            reason = f"hardware class {measured_on} (this machine is {plan.detected_class})"
+        else:
+            return
+        self._fail(result, f"{plan.run.key}: refusing to overwrite {plan.baseline_file}: it holds {reason}. "
+                           "Pass --force-baseline-update to replace it anyway.")
+
+    def _update(self, plan: Plan, result: dict[str, Any], old: baselines.Baseline | None,
+                measurement: Measurement) -> dict[str, Any]:
+        run, flavour = plan.run, plan.run.flavour
+        new_metrics = {}
+        for name in run.case.gated:
+            runs = tuple(float(f"{v:.6g}") for v in measurement.values(name))
+            tolerance = flavour.tolerance
+            if tolerance is None:
+                tolerance = round(stats.noise_tolerance(runs, flavour.tolerance_floor), 4)
+            new_metrics[name] = baselines.MetricBaseline(
+                value=float(f"{stats.median(runs):.6g}"), better=METRICS[name].better,
+                tolerance=tolerance, unit=METRICS[name].unit, runs=runs,
+            )
+        provenance = hardware.provenance(plan.hardware, root=self.state.root, command=measurement.command,
+                                         hardware_class_name=plan.hardware_class)
+        provenance["hardware"]["detected_class"] = plan.detected_class
         new = baselines.Baseline(
             case=run.key,
-            hardware_class=hw_class,
-            metrics={
-                name: baselines.MetricBaseline(
-                    value=float(f"{measured[name]:.6g}"), better=METRICS[name].better,
-                    tolerance=run.flavour.tolerance, unit=METRICS[name].unit,
-                )
-                for name in run.case.gated
-            },
-            provenance={
-                **hardware.provenance(plan.hardware, root=self.state.root, command=command, hardware_class_name=hw_class),
-                "pytest_args": shlex.join(self.config.invocation_params.args),
-                "measured": measured,
-            },
+            hardware_class=plan.hardware_class,
+            workload_version=run.case.version,
+            metrics=new_metrics,
+            provenance={**provenance, "pytest_args": shlex.join(self.config.invocation_params.args),
+                        "warmup_steps": plan.warmup, "steps": plan.steps, "measured": measurement.medians()},
         )
-        baselines.write(path, new)
+        baselines.write(plan.baseline_file, new)
         rows = []
         for name, ref in new.metrics.items():
             before = old.metrics.get(name) if old else None
             rows.append({
-                "metric": name, "unit": ref.unit, "measured": ref.value,
+                "metric": name, "unit": ref.unit, "measured": ref.value, "tolerance": ref.tolerance,
+                "noise": stats.relative_spread(ref.runs), "runs": len(ref.runs),
                 "baseline": before.value if before else None,
-                "change": (ref.value - before.value) / before.value if before else None,
-                "verdict": "updated",
+                "change": (ref.value - before.value) / before.value if before else None, "verdict": "updated",
             })
         result.update(verdict="updated", metrics=rows)
         return result
 
-    def _no_baseline(self, run, plan, result, measured) -> dict[str, Any]:
-        path, hw_class = plan.baseline_file, plan.hardware_class
+    def _no_baseline(self, plan: Plan, result: dict[str, Any], measurement: Measurement) -> dict[str, Any]:
+        measured = measurement.medians()
         result["verdict"] = "no-baseline"
         result["metrics"] = [
             {"metric": name, "unit": METRICS[name].unit, "measured": measured[name], "verdict": "no-baseline"}
-            for name in run.case.gated
+            for name in plan.run.case.gated
         ]
         message = (
-            f"{run.key}: no baseline for hardware class {hw_class} ({path} does not exist), so nothing was gated. "
-            f"Create it: pytest '{self.request.node.nodeid}' --update-baselines, then review and commit the file."
+            f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({plan.baseline_file} does not "
+            f"exist), so nothing was gated. Create it: pytest '{self.request.node.nodeid}' --update-baselines, "
+            "then review and commit the file."
         )
         if self.settings.strict_baselines:
             self._fail(result, message)
@@ -286,15 +393,17 @@ class PerfGate:
 
     @staticmethod
     def _row(verdict: baselines.MetricVerdict, outcome: str) -> dict[str, Any]:
+        c = verdict.comparison
         return {
             "metric": verdict.metric, "unit": verdict.unit, "measured": verdict.measured,
             "baseline": verdict.baseline, "change": verdict.change, "tolerance": verdict.tolerance,
-            "verdict": outcome,
+            "ci": [c.ci_low, c.ci_high], "p_value": c.p_value, "runs": verdict.runs,
+            "reason": verdict.decision.reason, "verdict": outcome,
         }
 
-    def _portable(self, command: str) -> str:
+    def _portable(self, command: str, run_dir: Path) -> str:
         """The launch command as it can be rerun from the repository root on another host."""
-        return (command.replace(str(self.workdir), "$WORKDIR")
+        return (command.replace(str(run_dir), "$WORKDIR")
                 .replace(str(self.state.root) + "/", "").replace(sys.executable, "python"))
 
     def _fail(self, result: dict[str, Any], message: str) -> None:

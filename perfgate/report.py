@@ -71,6 +71,28 @@ def summary_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+UPDATE_HEADER = ("case", "metric", "old", "new", "change", "new tolerance", "noise", "runs")
+
+
+def update_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Rows of the reviewable table that --update-baselines prints: old -> new per metric."""
+    rows = []
+    for result in results:
+        for metric in result.get("metrics", []):
+            change = metric.get("change")
+            rows.append([
+                result["case"],
+                metric["metric"],
+                _number(metric.get("baseline"), metric.get("unit", "")),
+                _number(metric.get("measured"), metric.get("unit", "")),
+                "new" if change is None else f"{change:+.1%}",
+                f"{metric['tolerance']:.1%}",
+                f"{metric.get('noise', 0.0):.1%}",
+                str(metric.get("runs", "-")),
+            ])
+    return rows
+
+
 def _number(value: float | None, unit: str) -> str:
     return "-" if value is None else f"{value:,.4g} {unit}".strip()
 

@@ -50,6 +50,16 @@ def seconds(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a fraction such as 0.05, got {text!r}") from None
+    if not 0 <= value <= 10:
+        raise ValueError(f"must be between 0 and 10 (0.05 = 5 % slower), got {value:g}")
+    return value
+
+
 def launcher(text: str) -> str:
     if text not in LAUNCHERS:
         raise ValueError(f"unknown launcher {text!r}; available: {', '.join(LAUNCHERS)}")
@@ -83,6 +93,20 @@ OPTIONS = (
            "the case's own timeout", seconds, None, "SECONDS"),
     Option("--strict-baselines", "strict_baselines", "fail a case that has no baseline for this hardware class "
            "(default: skip it with instructions to create one)"),
+    Option("--perf-repeats", "repeats", "launch every case K times (whole torchrun launches) and judge the "
+           "median of the runs (default: 3)", whole(1), 3, "K"),
+    Option("--perf-baseline-repeats", "baseline_repeats", "runs measured by --update-baselines, whose spread sets "
+           "a noise-derived tolerance; 5 or more let the rank test reach p < 0.05 against 3 runs (default: 5)",
+           whole(1), 5, "K"),
+    Option("--perf-max-repeats", "max_repeats", "when a verdict is inconclusive, keep launching runs up to this "
+           "many before deciding (default: twice --perf-repeats)", whole(1), None, "N"),
+    Option("--perf-inject-slowdown", "inject_slowdown", "make every workload slower by this fraction of its step "
+           "time (0.05 = 5 percent) to prove the gate catches it; recorded in the results, never a baseline",
+           fraction, 0.0, "FRACTION"),
+    Option("--fail-stale", "fail_stale", "fail a case that is significantly faster than its baseline by more than "
+           "the tolerance (default: warn that the baseline is stale)"),
+    Option("--force-baseline-update", "force_baseline_update", "let --update-baselines overwrite a baseline "
+           "measured on other hardware, for another workload version, or a published reference"),
 )
 
 
@@ -98,6 +122,16 @@ class Settings:
     warmup: int | None = None
     timeout: float | None = None
     strict_baselines: bool = False
+    repeats: int = 3
+    baseline_repeats: int = 5
+    max_repeats: int | None = None
+    inject_slowdown: float = 0.0
+    fail_stale: bool = False
+    force_baseline_update: bool = False
+
+    @property
+    def repeat_cap(self) -> int:
+        return self.max_repeats if self.max_repeats is not None else 2 * self.repeats
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -133,5 +167,14 @@ def resolve(config: pytest.Config) -> Settings:
     if settings.steps is not None and settings.warmup is not None and settings.warmup >= settings.steps:
         raise pytest.UsageError(
             f"perfgate: --perf-warmup {settings.warmup} leaves no measured steps out of --perf-steps {settings.steps}"
+        )
+    if settings.max_repeats is not None and settings.max_repeats < settings.repeats:
+        raise pytest.UsageError(
+            f"perfgate: --perf-max-repeats {settings.max_repeats} is below --perf-repeats {settings.repeats}"
+        )
+    if settings.inject_slowdown and settings.update_baselines:
+        raise pytest.UsageError(
+            "perfgate: --perf-inject-slowdown makes runs slower on purpose; it cannot be combined with "
+            "--update-baselines (a planted slowdown must never become a baseline)"
         )
     return settings

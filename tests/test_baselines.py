@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from perfgate import baselines
-from perfgate.baselines import Baseline, BaselineError, MetricBaseline, MetricVerdict
+from perfgate import baselines, stats
+from perfgate.baselines import Baseline, BaselineError, MetricBaseline
 
 CLASS = "cpu-amd-epyc-2c-n1"
 
@@ -90,44 +90,76 @@ def test_interrupted_write_leaves_the_old_file_whole(path, monkeypatch):
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
-def verdict(better, baseline, measured, tolerance=0.1):
-    return MetricVerdict("m", better, "u", baseline, measured, tolerance)
+def one_metric(better, runs, tolerance=0.1):
+    return Baseline("c", CLASS, {"m": MetricBaseline(stats.median(runs), better, tolerance, "u", tuple(runs))}, {})
 
 
 @pytest.mark.parametrize(
-    "better, measured, regressed",
+    "better, measured, outcome",
     [
-        ("higher", 100.0, False),
-        ("higher", 91.0, False),
-        ("higher", 89.0, True),
-        ("higher", 150.0, False),
-        ("lower", 109.0, False),
-        ("lower", 111.0, True),
-        ("lower", 50.0, False),
+        ("higher", 100.0, "pass"),
+        ("higher", 91.0, "pass"),
+        ("higher", 89.0, "FAIL"),
+        ("higher", 150.0, "stale"),
+        ("lower", 109.0, "pass"),
+        ("lower", 111.0, "FAIL"),
+        ("lower", 50.0, "stale"),
     ],
 )
-def test_regression_respects_direction_and_tolerance(better, measured, regressed):
-    assert verdict(better, 100.0, measured).regressed is regressed
+def test_single_runs_regress_by_direction_and_tolerance(better, measured, outcome):
+    (verdict,) = baselines.judge(one_metric(better, [100.0]), {"m": [measured]})
+    assert verdict.outcome == outcome
 
 
 def test_zero_tolerance_is_an_absolute_limit():
-    assert not verdict("lower", 1260.0, 1253.51, 0.0).regressed
-    assert verdict("lower", 1260.0, 1260.5, 0.0).regressed
+    (ok,) = baselines.judge(one_metric("lower", [1260.0], 0.0), {"m": [1253.51]})
+    (over,) = baselines.judge(one_metric("lower", [1260.0], 0.0), {"m": [1260.5]})
+    assert ok.outcome != "FAIL" and over.outcome == "FAIL"
 
 
-def test_describe_gives_baseline_measured_change_and_tolerance():
-    text = verdict("higher", 200.0, 100.0).describe()
-    assert text == "m (higher is better): measured 100 u vs baseline 200 u: -50.0% (tolerance 10.0%)"
+def test_runs_are_judged_against_the_baseline_distribution():
+    ref = one_metric("higher", [100.0, 101.0, 99.0, 100.5, 99.5], tolerance=0.03)
+    (noise,) = baselines.judge(ref, {"m": [98.0, 101.5, 99.0]})
+    (slow,) = baselines.judge(ref, {"m": [90.0, 89.0, 91.0]})
+    assert (noise.outcome, slow.outcome) == ("pass", "FAIL")
+    assert slow.runs == 3 and slow.measured == 90.0 and slow.change == pytest.approx(-0.1)
 
 
-def test_compare_judges_every_gated_metric():
-    verdicts = baselines.compare(sample(), {"samples_per_second": 50.0, "total_time_secs": 10.5, "other": 1})
-    assert [(v.metric, v.regressed) for v in verdicts] == [("samples_per_second", True), ("total_time_secs", False)]
+def test_describe_gives_baseline_measured_runs_change_tolerance_and_reason():
+    (verdict,) = baselines.judge(one_metric("higher", [200.0]), {"m": [100.0]})
+    assert verdict.describe().startswith(
+        "m (higher is better): measured 100 u (median of 1 run) vs baseline 200 u: -50.0% (tolerance 10.0%); "
+        "significantly worse by 50.0%")
 
 
-def test_compare_refuses_a_metric_the_run_did_not_measure():
+def test_judge_covers_every_gated_metric():
+    verdicts = baselines.judge(sample(), {"samples_per_second": [50.0], "total_time_secs": [10.5], "other": [1]})
+    assert [(v.metric, v.outcome) for v in verdicts] == [("samples_per_second", "FAIL"), ("total_time_secs", "pass")]
+
+
+def test_judge_refuses_a_metric_the_run_did_not_measure():
     with pytest.raises(BaselineError, match="gates 'total_time_secs', which this run did not measure"):
-        baselines.compare(sample(), {"samples_per_second": 50.0})
+        baselines.judge(sample(), {"samples_per_second": [50.0]})
+
+
+def test_runs_and_workload_version_round_trip(path):
+    baseline = Baseline("c", CLASS, {"m": MetricBaseline(100.0, "higher", 0.05, "u", (99.0, 100.0, 104.0))},
+                        {}, workload_version="2")
+    baselines.write(path, baseline)
+    data = json.loads(path.read_text())
+    assert data["metrics"]["m"]["runs"] == [99.0, 100.0, 104.0]
+    assert data["metrics"]["m"]["relative_spread"] == pytest.approx(1.4826 * 1.0 / 100.0)
+    assert data["workload_version"] == "2"
+    assert baselines.load(path) == baseline
+
+
+def test_bad_runs_are_rejected(path):
+    baselines.write(path, sample())
+    data = json.loads(path.read_text())
+    data["metrics"]["total_time_secs"]["runs"] = [1.0, "x"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(BaselineError, match="'runs' must be a list of positive numbers"):
+        baselines.load(path)
 
 
 def test_reference_baseline_in_the_repository_is_valid():

@@ -26,7 +26,7 @@ SCRIPTS = {
 
 def spec(tmp_path, name, **kwargs):
     script = tmp_path / f"{name}.py"
-    script.write_text(PRELUDE + textwrap.dedent(SCRIPTS[name]) + "\n")
+    script.write_text(PRELUDE + textwrap.dedent(SCRIPTS[name]) + "\ndist.destroy_process_group()\n")
     defaults = {"nodes": 1, "procs_per_node": 2, "timeout_s": 60.0}
     return LaunchSpec(entry=[str(script)], workdir=tmp_path / "run", **{**defaults, **kwargs})
 

@@ -16,6 +16,8 @@ CASES = [
          cpu=Flavour(TINY, steps=12, warmup=2, tolerance=0.4, timeout_s=240),
          gpu=Flavour({{**TINY, "device": "cuda"}})),
     Case("openclip", "bad-model", ({str(WORKLOAD)!r},), cpu=Flavour({{**TINY, "model": "ViT-Nope"}}, timeout_s=120)),
+    Case("openclip", "noise", ({str(WORKLOAD)!r},),
+         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.10, timeout_s=240), version="3"),
 ]
 
 @parametrize(CASES)
@@ -23,7 +25,8 @@ def test_clip(perfgate, case):
     perfgate.check(case)
 """
 CLASS = "pinned-cpu-class"
-PINNED = ["--baseline-dir", "b", "--hardware-class", CLASS, "-p", "no:cacheprovider"]
+PINNED = ["--baseline-dir", "b", "--hardware-class", CLASS, "-p", "no:cacheprovider",
+          "--perf-repeats", "1", "--perf-baseline-repeats", "2", "--perf-max-repeats", "2"]
 
 
 @pytest.fixture
@@ -36,8 +39,14 @@ def run(pytester, *args):
     return pytester.runpytest_subprocess(*PINNED, *args, timeout=600)
 
 
-def baseline_file(pytester):
-    return pytester.path / "b" / CLASS / "openclip-tiny-cpu.json"
+def baseline_file(pytester, case="tiny"):
+    return pytester.path / "b" / CLASS / f"openclip-{case}-cpu.json"
+
+
+def scale(baseline, metric, factor):
+    entry = baseline["metrics"][metric]
+    entry["value"] *= factor
+    entry["runs"] = [v * factor for v in entry["runs"]]
 
 
 def test_missing_baseline_update_pass_and_regression(suite):
@@ -52,11 +61,18 @@ def test_missing_baseline_update_pass_and_regression(suite):
 
     update = run(suite, "-k", "tiny-cpu", "--update-baselines")
     update.assert_outcomes(passed=1)
-    update.stdout.fnmatch_lines(["*openclip-tiny-cpu*samples_per_second*updated*", f"wrote *{CLASS}/openclip-tiny-cpu.json"])
+    update.stdout.fnmatch_lines([
+        "baselines written (review the diff before committing):",
+        "case*metric*old*new*change*new tolerance*noise*runs",
+        "openclip-tiny-cpu*samples_per_second*-*samples/s*new*40.0%*%*2",
+        f"wrote *{CLASS}/openclip-tiny-cpu.json",
+    ])
     stored = json.loads(baseline_file(suite).read_text())
     assert stored["metrics"]["samples_per_second"]["better"] == "higher"
     assert stored["metrics"]["total_time_secs"]["better"] == "lower"
     assert stored["metrics"]["samples_per_second"]["tolerance"] == 0.4
+    assert len(stored["metrics"]["samples_per_second"]["runs"]) == 2
+    assert stored["provenance"]["hardware"]["detected_class"].startswith("cpu-")
     provenance = stored["provenance"]
     assert provenance["versions"]["torch"].startswith("2.")
     assert "torch.distributed.run" in provenance["command"] and "$WORKDIR/steps.jsonl" in provenance["command"]
@@ -66,14 +82,15 @@ def test_missing_baseline_update_pass_and_regression(suite):
     gate.assert_outcomes(passed=1)
     gate.stdout.fnmatch_lines(["*openclip-tiny-cpu*samples_per_second*pass*", "*openclip-tiny-cpu*total_time_secs*pass*"])
 
-    stored["metrics"]["samples_per_second"]["value"] *= 2
-    stored["metrics"]["total_time_secs"]["value"] /= 2
+    scale(stored, "samples_per_second", 2)
+    scale(stored, "total_time_secs", 0.5)
     baseline_file(suite).write_text(json.dumps(stored))
     regress = run(suite, "-k", "tiny-cpu")
     regress.assert_outcomes(failed=1)
     regress.stdout.fnmatch_lines([
         "*openclip-tiny-cpu: performance regression on pinned-cpu-class",
-        "*total_time_secs (lower is better): measured * s vs baseline * s: +*% (tolerance 40.0%)",
+        "*total_time_secs (lower is better): measured * s (median of * run*) vs baseline * s: +*% "
+        "(tolerance 40.0%); significantly worse by *",
         "*baseline: *openclip-tiny-cpu.json",
         "*command: python -m torch.distributed.run *openclip_train.py*",
         "*logs kept in *test_clip_tiny_cpu_0",
@@ -81,15 +98,25 @@ def test_missing_baseline_update_pass_and_regression(suite):
     ])
     assert json.loads(baseline_file(suite).read_text()) == stored
 
+    scale(stored, "samples_per_second", 1 / 8)
+    scale(stored, "total_time_secs", 4)
+    baseline_file(suite).write_text(json.dumps(stored))
+    stale = run(suite, "-k", "tiny-cpu", "-W", "always")
+    stale.assert_outcomes(passed=1, warnings=1)
+    stale.stdout.fnmatch_lines(["*StaleBaselineWarning*stale baseline*", "*significantly better by *% (CI *), beyond the*",
+                                "*openclip-tiny-cpu*samples_per_second*stale*"])
+    run(suite, "-k", "tiny-cpu", "--fail-stale").assert_outcomes(failed=1)
+
 
 def test_two_agents_on_this_host_with_nodes_2(suite):
-    result = run(suite, "-k", "tiny-cpu", "--nodes", "2", "--hardware-class", "two-nodes", "--update-baselines")
+    result = run(suite, "-k", "tiny-cpu", "--nodes", "2", "--hardware-class", "two-nodes", "--update-baselines",
+                 "--perf-baseline-repeats", "1")
     result.assert_outcomes(passed=1)
     stored = json.loads((suite.path / "b" / "two-nodes" / "openclip-tiny-cpu.json").read_text())
     assert "--nnodes 2 --nproc-per-node 2" in stored["provenance"]["command"]
-    agent_logs = sorted(suite.path.glob("**/test_clip_tiny_cpu_0/agent*.log"))
+    agent_logs = sorted(suite.path.glob("**/test_clip_tiny_cpu_0/run0/agent*.log"))
     assert [p.name for p in agent_logs] == ["agent0.log", "agent1.log"]
-    steps = [json.loads(line) for line in next(suite.path.glob("**/test_clip_tiny_cpu_0/steps.jsonl")).open()]
+    steps = [json.loads(line) for line in next(suite.path.glob("**/test_clip_tiny_cpu_0/run0/steps.jsonl")).open()]
     assert steps[0]["world_size"] == 4 and steps[0]["global_batch"] == 64
 
 
@@ -106,14 +133,14 @@ def test_corrupt_baseline_fails_before_launching_and_is_left_alone(suite):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*openclip-tiny-cpu.json: corrupt baseline, not valid JSON*"])
     assert baseline_file(suite).read_text() == '{"schema": 1, "metrics": {'
-    assert not list(suite.path.glob("**/test_clip_tiny_cpu_0/agent0.log"))
+    assert not list(suite.path.glob("**/test_clip_tiny_cpu_0/**/agent0.log"))
 
 
 def test_invalid_workload_setting_fails_with_the_workloads_message(suite):
     result = run(suite, "-k", "bad-model")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*openclip-bad-model-cpu: crashed: rank * failed: exit code 2*",
+        "*openclip-bad-model-cpu: crashed in run 1: rank * failed: exit code 2*",
         "*--model 'ViT-Nope' is not an open_clip config*",
         "*openclip-bad-model-cpu*crashed*",
     ])
@@ -122,7 +149,8 @@ def test_invalid_workload_setting_fails_with_the_workloads_message(suite):
 def test_timeout_kills_the_case_and_reports_it(suite):
     result = run(suite, "-k", "tiny-cpu", "--perf-timeout", "4")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*openclip-tiny-cpu: timeout: no exit after the 4 s timeout*", "*openclip-tiny-cpu*timeout*"])
+    result.stdout.fnmatch_lines(["*openclip-tiny-cpu: timeout in run 1: no exit after the 4 s timeout*",
+                                 "*openclip-tiny-cpu*timeout*"])
     assert leftover_processes(str(suite.path)) == []
 
 
@@ -133,3 +161,60 @@ def test_gpu_flavour_skips_with_a_reason_without_a_gpu(suite):
     result = run(suite, "-m", "gpu", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*GPU flavour: torch sees no CUDA GPU on this machine*"])
+
+
+def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baseline(suite):
+    """The noise case derives its tolerance from 5 baseline runs (floor 10 %); 25 % slower must fail.
+
+    5 baseline runs keep the median robust to this shared VM's slow episodes; 5 vs 3 runs let the
+    exact rank test reach p = 0.036, so a false alarm needs all 3 runs slower than all 5 baseline runs.
+    """
+    args = ["-k", "noise-cpu", "--perf-repeats", "3", "--perf-max-repeats", "3"]
+    run(suite, *args, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
+    stored = json.loads(baseline_file(suite, "noise").read_text())
+    assert stored["workload_version"] == "3"
+    assert stored["metrics"]["samples_per_second"]["tolerance"] >= 0.10
+
+    unchanged = run(suite, *args)
+    unchanged.assert_outcomes(passed=1)
+    unchanged.stdout.fnmatch_lines(["*openclip-noise-cpu*samples_per_second*pass*"])
+
+    planted = run(suite, *args, "--perf-inject-slowdown", "0.25")
+    planted.assert_outcomes(failed=1)
+    planted.stdout.fnmatch_lines([
+        "*PLANTED SLOWDOWN 25%*",
+        "*openclip-noise-cpu*samples_per_second*FAIL*",
+    ])
+    newest = max(suite.path.glob("**/test_clip_noise_cpu_0/result.json"), key=lambda p: p.stat().st_mtime)
+    result = json.loads(newest.read_text())
+    assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (0.25, "FAIL", 3)
+    assert len(result["per_run"][0]["step_times_s"]) == 12
+    assert json.loads(baseline_file(suite, "noise").read_text()) == stored
+
+
+def test_planted_slowdown_can_never_become_a_baseline(suite):
+    result = run(suite, "--update-baselines", "--perf-inject-slowdown", "0.1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--perf-inject-slowdown*cannot be combined with --update-baselines*"])
+
+
+def test_update_refuses_a_baseline_from_other_hardware_or_workload_version(suite):
+    baseline_file(suite).parent.mkdir(parents=True)
+    foreign = {
+        "schema": 1, "case": "openclip-tiny-cpu", "hardware_class": CLASS, "workload_version": "1",
+        "metrics": {"samples_per_second": {"value": 10.0, "better": "higher", "tolerance": 0.1}},
+        "provenance": {"hardware": {"detected_class": "nvidia-h100-x8-n1"}},
+    }
+    baseline_file(suite).write_text(json.dumps(foreign))
+    result = run(suite, "-k", "tiny-cpu", "--update-baselines")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*refusing to overwrite *openclip-tiny-cpu.json: it holds hardware class "
+                                 "nvidia-h100-x8-n1 (this machine is cpu-*)*--force-baseline-update*"])
+    assert json.loads(baseline_file(suite).read_text()) == foreign
+
+    other_version = {**foreign, "case": "openclip-noise-cpu", "workload_version": "2"}
+    baseline_file(suite, "noise").write_text(json.dumps(other_version))
+    result = run(suite, "-k", "noise-cpu")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*measured with workload version 2, the case is version 3*"])
+    assert not list(suite.path.glob("**/test_clip_*/**/agent0.log"))

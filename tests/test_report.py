@@ -30,3 +30,18 @@ def test_summary_table_has_a_row_per_metric():
     assert lines[2].split() == ["openclip-fp32-cpu", "samples_per_second", "100", "samples/s", "200", "samples/s",
                                 "-50.0%", "FAIL"]
     assert lines[3].split() == ["openclip-amp-gpu", "-", "-", "-", "-", "crashed"]
+
+
+def test_update_table_shows_old_new_change_tolerance_noise_and_runs():
+    from perfgate.report import UPDATE_HEADER, update_rows
+
+    results = [{"case": "c", "metrics": [
+        {"metric": "samples_per_second", "unit": "samples/s", "baseline": 100.0, "measured": 110.0, "change": 0.1,
+         "tolerance": 0.05, "noise": 0.012, "runs": 5},
+        {"metric": "total_time_secs", "unit": "s", "baseline": None, "measured": 9.0, "change": None,
+         "tolerance": 0.03, "noise": 0.0, "runs": 5}]}]
+    lines = table(update_rows(results), UPDATE_HEADER)
+    assert lines[0].split() == ["case", "metric", "old", "new", "change", "new", "tolerance", "noise", "runs"]
+    assert lines[2].split() == ["c", "samples_per_second", "100", "samples/s", "110", "samples/s", "+10.0%", "5.0%",
+                                "1.2%", "5"]
+    assert lines[3].split() == ["c", "total_time_secs", "-", "9", "s", "new", "3.0%", "0.0%", "5"]

@@ -37,6 +37,7 @@ from open_clip_train.precision import get_autocast
 from open_clip_train.scheduler import cosine_lr
 from PIL import Image
 
+from perfgate.inject import SlowdownInjector
 from perfgate.openclip_log import LOG_DATEFMT, LOG_FORMAT, format_step_line
 from perfgate.records import StepRecorder
 
@@ -65,6 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--records", type=Path, help="rank 0 appends JSON step records here")
+    parser.add_argument(
+        "--inject-slowdown", type=float, default=0.0, metavar="FRACTION",
+        help="stretch every step by this fraction of its duration (to test a perf gate); default 0",
+    )
     args = parser.parse_args(argv)
 
     open_clip.add_model_config(MODEL_CONFIGS)
@@ -77,6 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         problems.append(f"--workers must be >= 0, got {args.workers}")
     if args.bucket_cap_mb <= 0:
         problems.append(f"--bucket-cap-mb must be > 0, got {args.bucket_cap_mb}")
+    if not 0 <= args.inject_slowdown <= 10:
+        problems.append(f"--inject-slowdown must be between 0 and 10, got {args.inject_slowdown}")
     if args.lr_warmup_steps < 0:
         problems.append(f"--lr-warmup-steps must be >= 0, got {args.lr_warmup_steps}")
     if args.model not in open_clip.list_models():
@@ -194,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     recorder = StepRecorder(args.records if rank == 0 else None, device_type=device.type, on_step=log_step)
+    injector = SlowdownInjector(args.inject_slowdown, device.type, lambda: recorder.last_step_s)
     recorder.write(
         "start",
         workload="openclip",
@@ -206,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         device=str(device.type),
         device_name=torch.cuda.get_device_name(device) if use_cuda else "cpu",
         parameters=sum(p.numel() for p in model.parameters()),
+        injected_slowdown=args.inject_slowdown,
     )
     if rank == 0:
         logging.info(
@@ -216,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     ddp_model.train()
     wall_start = time.perf_counter()
     recorder.begin()
+    injector.step_started()
     for step, (images, texts) in enumerate(loader):
         data_s = recorder.data_ready()
         scheduler(step)
@@ -234,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             optimizer.step()
         with torch.no_grad():
             model.logit_scale.clamp_(0, math.log(100))
+        injector.pause()
         recorder.end_step(
             step,
             samples=global_batch,
@@ -241,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             lr=optimizer.param_groups[0]["lr"],
             scalars={"loss": loss, "logit_scale": model.logit_scale.exp()},
         )
+        injector.step_started()
 
     peak, peak_kind = peak_memory_bytes(device)
     peak_all = torch.tensor([peak], dtype=torch.float64, device=device)

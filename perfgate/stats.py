@@ -1,0 +1,158 @@
+"""The statistics behind a verdict: robust summaries, a rank test, bootstrap intervals, the decision.
+
+A case's evidence is one value per run (whole torchrun launches), because on shared machines the
+run-to-run shift dominates step-to-step jitter: steps of one run are not independent samples of the
+next run. The decision compares the current runs with the baseline's runs:
+
+- ``FAIL`` only when the change is statistically significant (the bootstrap confidence interval of
+  the change excludes zero and, where the run counts let it reach p < alpha, the exact Mann-Whitney
+  test agrees) and the point estimate is worse than the tolerance;
+- ``stale`` when it is significantly *better* by more than the tolerance (the baseline is out of date);
+- ``inconclusive`` when it is worse than the tolerance but not (yet) significant: the caller runs
+  more repeats, up to a cap, before deciding;
+- ``pass`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Sequence
+
+MAD_TO_SIGMA = 1.4826
+"""Scales the median absolute deviation to a standard deviation for normally distributed data."""
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """Robust relative noise: MAD scaled to sigma, over the median (0 for fewer than 2 values)."""
+    if len(values) < 2:
+        return 0.0
+    center = median(values)
+    mad = median([abs(v - center) for v in values])
+    return MAD_TO_SIGMA * mad / abs(center) if center else 0.0
+
+
+def bootstrap_change_ci(
+    baseline: Sequence[float], current: Sequence[float], *, confidence: float = 0.95, resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(current) / median(baseline) - 1, resampling each side.
+
+    A baseline with a single value (a published reference) is taken as exact. Seeded, so a verdict
+    is reproducible from the same numbers.
+    """
+    rng = random.Random(seed)
+    changes = []
+    for _ in range(resamples):
+        base = median(rng.choices(baseline, k=len(baseline)))
+        cur = median(rng.choices(current, k=len(current)))
+        changes.append(cur / base - 1.0)
+    changes.sort()
+    tail = (1.0 - confidence) / 2.0
+    low = changes[int(math.floor(tail * (resamples - 1)))]
+    high = changes[int(math.ceil((1.0 - tail) * (resamples - 1)))]
+    return low, high
+
+
+@lru_cache(maxsize=256)
+def _u_distribution(n1: int, n2: int) -> tuple[int, ...]:
+    """Counts of each U value over all C(n1+n2, n1) orderings (no ties), by recursion on the largest item."""
+    if n1 == 0 or n2 == 0:
+        return (1,)
+    with_first_largest = _u_distribution(n1 - 1, n2)  # largest belongs to sample 1: adds n2 to U
+    with_second_largest = _u_distribution(n1, n2 - 1)
+    counts = [0] * (n1 * n2 + 1)
+    for u, count in enumerate(with_first_largest):
+        counts[u + n2] += count
+    for u, count in enumerate(with_second_largest):
+        counts[u] += count
+    return tuple(counts)
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided exact p-value of the Mann-Whitney U test (ties count half), for small samples."""
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    u = sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in a for y in b)
+    counts = _u_distribution(n1, n2)
+    total = sum(counts)
+    extreme = min(u, n1 * n2 - u)
+    tail = sum(count for value, count in enumerate(counts) if value <= extreme + 1e-9) / total
+    return min(1.0, 2.0 * tail)
+
+
+def min_p_value(n1: int, n2: int) -> float:
+    """The smallest two-sided p-value the exact test can give for these sample sizes."""
+    return 2.0 / math.comb(n1 + n2, n1)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Current runs against baseline runs. ``change`` > 0 means the value went up."""
+
+    change: float
+    ci_low: float
+    ci_high: float
+    p_value: float | None
+    p_floor: float = 0.0
+    """The smallest p-value the exact test can give at these run counts (1.0 when it cannot run)."""
+
+    def worse(self, better: str) -> tuple[float, float, float]:
+        """(estimate, low, high) of how much worse, in the metric's bad direction."""
+        if better == "higher":
+            return -self.change, -self.ci_high, -self.ci_low
+        return self.change, self.ci_low, self.ci_high
+
+
+def compare_runs(baseline: Sequence[float], current: Sequence[float], confidence: float = 0.95) -> Comparison:
+    if not baseline or not current:
+        raise ValueError("both the baseline and the current measurement need at least one run")
+    low, high = bootstrap_change_ci(baseline, current, confidence=confidence)
+    if len(baseline) > 1:
+        p_value, p_floor = mann_whitney_p(baseline, current), min_p_value(len(baseline), len(current))
+    else:
+        p_value, p_floor = None, 1.0
+    return Comparison(median(current) / median(baseline) - 1.0, low, high, p_value, p_floor)
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: str  # "pass", "FAIL", "stale" or "inconclusive"
+    reason: str
+
+
+def decide(comparison: Comparison, better: str, tolerance: float, alpha: float = 0.05) -> Decision:
+    worse, worse_low, worse_high = comparison.worse(better)
+    rank_test_can_decide = comparison.p_value is not None and comparison.p_floor < alpha
+    rank_test_agrees = not rank_test_can_decide or comparison.p_value < alpha
+    significant = (worse_low > 0 or worse_high < 0) and rank_test_agrees
+    interval = f"CI {worse_low:+.1%}..{worse_high:+.1%}"
+    if significant and worse > tolerance:
+        return Decision("FAIL", f"significantly worse by {worse:.1%} ({interval}), beyond the {tolerance:.1%} tolerance")
+    if significant and -worse > tolerance:
+        return Decision("stale", f"significantly better by {-worse:.1%} (CI {-worse_high:+.1%}..{-worse_low:+.1%}), "
+                                 f"beyond the {tolerance:.1%} tolerance: the baseline is out of date")
+    if worse > tolerance:
+        return Decision("inconclusive", f"{worse:.1%} worse, beyond the {tolerance:.1%} tolerance, "
+                                        f"but not significant yet ({interval})")
+    return Decision("pass", f"{worse:+.1%} worse ({interval}), within what the tolerance and noise allow")
+
+
+def settle(decision: Decision) -> Decision:
+    """The final word once no more repeats are allowed: an open question is not a regression."""
+    if decision.outcome != "inconclusive":
+        return decision
+    return Decision("pass", f"{decision.reason}; no repeats left, so not a significant regression")
+
+
+def noise_tolerance(runs: Sequence[float], floor: float, factor: float = 2.0) -> float:
+    """A tolerance from the measured noise: ``factor`` x the robust relative spread, never under ``floor``."""
+    return max(floor, factor * relative_spread(runs))

@@ -1,0 +1,92 @@
+"""The gate's statistics on synthetic samples with known answers."""
+
+import random
+
+import pytest
+
+from perfgate import stats
+
+
+def noisy(center, sigma, n, seed):
+    rng = random.Random(seed)
+    return [rng.gauss(center, sigma * center) for _ in range(n)]
+
+
+def test_relative_spread_is_robust_to_one_outlier():
+    assert stats.relative_spread([100.0, 101.0, 99.0, 100.0, 400.0]) == pytest.approx(1.4826 * 1.0 / 100.0)
+    assert stats.relative_spread([5.0]) == 0.0
+
+
+def test_exact_mann_whitney_matches_known_values():
+    assert stats.mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+    assert stats.mann_whitney_p([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
+    assert stats.mann_whitney_p([1, 3, 5], [2, 4, 6]) == pytest.approx(0.7)
+    assert stats.min_p_value(5, 3) == pytest.approx(2 / 56)
+
+
+def test_bootstrap_interval_brackets_the_true_shift():
+    base, cur = noisy(100, 0.02, 8, 1), noisy(90, 0.02, 8, 2)
+    low, high = stats.bootstrap_change_ci(base, cur)
+    assert low < -0.10 + 0.02 and high > -0.10 - 0.02 and high < 0
+
+
+def test_known_shift_is_detected():
+    comparison = stats.compare_runs(noisy(100, 0.02, 5, 1), noisy(85, 0.02, 4, 2))
+    decision = stats.decide(comparison, "higher", tolerance=0.05)
+    assert decision.outcome == "FAIL" and "significantly worse by 1" in decision.reason
+
+
+def test_lower_is_better_metrics_regress_upwards():
+    comparison = stats.compare_runs(noisy(10, 0.02, 5, 3), noisy(12, 0.02, 4, 4))
+    assert stats.decide(comparison, "lower", tolerance=0.05).outcome == "FAIL"
+    assert stats.decide(comparison, "higher", tolerance=0.05).outcome == "stale"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_noise_alone_is_not_flagged(seed):
+    comparison = stats.compare_runs(noisy(100, 0.03, 5, seed), noisy(100, 0.03, 3, seed + 100))
+    assert stats.settle(stats.decide(comparison, "higher", tolerance=0.06)).outcome == "pass"
+
+
+def test_large_but_unproven_change_is_inconclusive_until_repeats_run_out():
+    comparison = stats.compare_runs([100.0, 80.0, 120.0], [90.0, 70.0, 110.0])
+    decision = stats.decide(comparison, "higher", tolerance=0.05)
+    assert decision.outcome == "inconclusive"
+    assert stats.settle(decision).outcome == "pass"
+
+
+def test_more_repeats_turn_inconclusive_into_fail():
+    base = [100.0, 102.0, 98.0, 101.0, 99.0]
+    two_runs = [88.0, 101.0]  # 5.5 % worse, but the interval still reaches past no change
+    six_runs = two_runs + [92.0, 93.0, 94.0, 91.0]
+    few = stats.decide(stats.compare_runs(base, two_runs), "higher", tolerance=0.05)
+    many = stats.decide(stats.compare_runs(base, six_runs), "higher", tolerance=0.05)
+    assert (few.outcome, many.outcome) == ("inconclusive", "FAIL")
+
+
+def test_rank_test_only_counts_where_run_counts_let_it_reach_alpha():
+    two_vs_one = stats.compare_runs([100.0, 101.0], [50.0])
+    assert two_vs_one.p_floor == pytest.approx(2 / 3)
+    assert stats.decide(two_vs_one, "higher", tolerance=0.1).outcome == "FAIL"
+    overlap = stats.compare_runs([100.0, 101.0, 99.0, 100.5, 99.5], [90.0, 91.0, 99.8, 89.0])
+    assert overlap.p_floor < 0.05 and overlap.p_value > 0.05
+    assert stats.decide(overlap, "higher", tolerance=0.05).outcome == "inconclusive"
+
+
+def test_stale_baseline_is_flagged():
+    comparison = stats.compare_runs(noisy(100, 0.01, 5, 1), noisy(130, 0.01, 3, 2))
+    decision = stats.decide(comparison, "higher", tolerance=0.05)
+    assert decision.outcome == "stale" and "out of date" in decision.reason
+
+
+def test_single_value_reference_baseline_is_exact():
+    comparison = stats.compare_runs([1260.0], [1250.0, 1255.0, 1258.0])
+    assert comparison.p_value is None
+    assert stats.decide(comparison, "lower", tolerance=0.0).outcome in {"pass", "stale"}
+    over = stats.compare_runs([1260.0], [1300.0, 1310.0, 1305.0])
+    assert stats.decide(over, "lower", tolerance=0.0).outcome == "FAIL"
+
+
+def test_noise_tolerance_has_a_floor():
+    assert stats.noise_tolerance([100.0, 100.0, 100.0], floor=0.03) == 0.03
+    assert stats.noise_tolerance([100.0, 104.0, 96.0], floor=0.03) == pytest.approx(2 * 1.4826 * 0.04)
