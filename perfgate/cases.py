@@ -95,6 +95,10 @@ class Flavour:
     tolerance_floor: float = 0.03
     """The least tolerance a noise-derived one may be."""
     timeout_s: float = 600.0
+    target_ci: float | None = None
+    """Adaptive length: stop once the ~95 % interval of the median step time is within this fraction of it
+    (0.01 = +-1 %); ``steps`` is then the most steps, ``min_steps`` the fewest."""
+    min_steps: int | None = None
 
 
 def default_steps_args(steps: int, world_size: int, local_batch: int | None) -> dict[str, Any]:
@@ -142,10 +146,15 @@ class CaseRun:
         """The baseline file's name (without .json) within its hardware class."""
         return f"{self.case.workload}-{self.id}"
 
-    def argv(self, workdir: Path, steps: int | None, world_size: int, inject_slowdown: float = 0.0) -> list[str]:
-        args = dict(self.flavour.args)
+    def argv(self, workdir: Path, steps: int | None, world_size: int, warmup: int = 0,
+             inject_slowdown: float = 0.0) -> list[str]:
+        flavour = self.flavour
+        args = dict(flavour.args)
         if steps is not None:
             args.update(self.case.steps_args(steps, world_size, args.get("batch-size")))
+        if flavour.target_ci is not None:
+            args.update({"target-ci": flavour.target_ci, "min-steps": flavour.min_steps or warmup + 10,
+                         "warmup": warmup})
         planted = [self.case.inject_flag, str(inject_slowdown)] if inject_slowdown and self.case.inject_flag else []
         return [*self.case.entry, *to_flags(args), *self.case.records.args(workdir), *planted]
 

@@ -234,7 +234,7 @@ class PerfGate:
         """One whole torchrun launch in its own directory, with live progress; appends its metrics."""
         index = len(measurement.runs)
         run_dir = self.workdir / f"run{index}"
-        argv = plan.run.argv(run_dir, plan.steps, plan.world_size, self.settings.inject_slowdown)
+        argv = plan.run.argv(run_dir, plan.steps, plan.world_size, plan.warmup, self.settings.inject_slowdown)
         if argv[0] != "-m":
             argv[0] = str((self.state.root / argv[0]).resolve())
         spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv)

@@ -198,6 +198,7 @@ class StepRecorder:
             self._torch = torch
         self._clock = clock or (_CudaClock(self._torch) if self._torch is not None else _WallClock())
         self._pending: list[_PendingStep] = []
+        self.step_times: list[float] = []
         self.last_step_s: float | None = None
         self._last_end: Any = None
         self._data_started = 0.0
@@ -246,6 +247,7 @@ class StepRecorder:
             step_s = self._clock.seconds(self._last_end, pending.end_marker)
             self._last_end = pending.end_marker
             self.last_step_s = step_s
+            self.step_times.append(step_s)
             names, host = pending.scalars
             values = dict(zip(names, (float(v) for v in host.tolist())))
             record = StepRecord(pending.step, pending.samples, step_s, pending.data_s, values.get("loss"), pending.lr)

@@ -51,3 +51,16 @@ def test_mmoclip_case_is_the_exact_upstream_command(tmp_path):
     assert shortened[shortened.index("--train-num-samples") + 1] == str(4 * 8 * 512)
     assert isinstance(suite.MMOCLIP.records, OpenClipLog)
     assert {m.name for m in suite.MMOCLIP.marks} == {"slow", "multinode"}
+
+
+def test_adaptive_flavour_passes_its_interval_target_to_the_workload(tmp_path):
+    flavour = Flavour({"model": "m"}, steps=200, warmup=5, target_ci=0.01, min_steps=30)
+    argv = CaseRun(Case("openclip", "adaptive", ENTRY, cpu=flavour), "cpu").argv(tmp_path, 200, 2, warmup=5)
+    assert argv[3:11] == ["--steps", "200", "--target-ci", "0.01", "--min-steps", "30", "--warmup", "5"]
+
+
+def test_planted_slowdown_reaches_only_workloads_that_take_it(tmp_path):
+    ours = CaseRun(Case("openclip", "x", ENTRY, cpu=Flavour({})), "cpu")
+    upstream = CaseRun(Case("mmoclip", "x", ("-m", "open_clip_train.main"), cpu=Flavour({}), inject_flag=None), "cpu")
+    assert ours.argv(tmp_path, 4, 2, inject_slowdown=0.25)[-2:] == ["--inject-slowdown", "0.25"]
+    assert "--inject-slowdown" not in upstream.argv(tmp_path, 4, 2, inject_slowdown=0.25)

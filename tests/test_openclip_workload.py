@@ -63,3 +63,36 @@ def test_adamw_groups_exclude_gains_biases_and_logit_scale_from_decay(workload):
     assert any(p is model.logit_scale for p in no_decay["params"])
     assert all(p.ndim >= 2 for p in decay["params"])
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-6
+
+
+def test_adaptive_length_stops_all_ranks_once_the_interval_is_tight(tmp_path, no_leftovers):
+    from perfgate.launch import LaunchSpec, launch
+    from perfgate.records import read_records
+
+    args = ["--model", "perfgate-ViT-tiny", "--device", "cpu", "--batch-size", "8", "--workers", "0",
+            "--steps", "60", "--target-ci", "0.5", "--min-steps", "12", "--warmup", "2",
+            "--records", str(tmp_path / "steps.jsonl")]
+    launch(LaunchSpec(entry=[str(REPO / "workloads" / "openclip_train.py"), *args], workdir=tmp_path / "run",
+                      procs_per_node=2, timeout_s=180, env={"PYTHONPATH": str(REPO)}))
+    records = read_records(tmp_path / "steps.jsonl")
+    assert records.end["stopped_early"] is True
+    assert records.end["steps_run"] == len(records.steps) == 15
+    assert 0 <= records.end["median_step_ci_halfwidth"] <= 0.5
+
+
+def test_planted_slowdown_stretches_cpu_steps(monkeypatch):
+    import time as time_module
+
+    from perfgate.inject import SlowdownInjector
+
+    slept = []
+    monkeypatch.setattr(time_module, "sleep", slept.append)
+    injector = SlowdownInjector(0.25, "cpu", lambda: None)
+    injector.step_started()
+    busy_until = time_module.perf_counter() + 0.02
+    while time_module.perf_counter() < busy_until:
+        pass
+    injector.pause()
+    assert slept and 0.25 * 0.02 <= slept[0] < 0.25 * 0.2
+    SlowdownInjector(0.0, "cpu", lambda: None).pause()
+    assert len(slept) == 1

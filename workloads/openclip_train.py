@@ -37,6 +37,7 @@ from open_clip_train.precision import get_autocast
 from open_clip_train.scheduler import cosine_lr
 from PIL import Image
 
+from perfgate import stats
 from perfgate.inject import SlowdownInjector
 from perfgate.openclip_log import LOG_DATEFMT, LOG_FORMAT, format_step_line
 from perfgate.records import StepRecorder
@@ -67,6 +68,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--records", type=Path, help="rank 0 appends JSON step records here")
     parser.add_argument(
+        "--target-ci", type=float, metavar="FRACTION",
+        help="adaptive length: stop once the ~95%% interval of the median step time (after --warmup) is within "
+        "this fraction of it; --steps is then the most steps",
+    )
+    parser.add_argument("--min-steps", type=int, default=20, help="adaptive length: the fewest steps (default 20)")
+    parser.add_argument("--warmup", type=int, default=5, help="adaptive length: steps left out of the interval")
+    parser.add_argument(
         "--inject-slowdown", type=float, default=0.0, metavar="FRACTION",
         help="stretch every step by this fraction of its duration (to test a perf gate); default 0",
     )
@@ -82,6 +90,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         problems.append(f"--workers must be >= 0, got {args.workers}")
     if args.bucket_cap_mb <= 0:
         problems.append(f"--bucket-cap-mb must be > 0, got {args.bucket_cap_mb}")
+    if args.target_ci is not None and not 0 < args.target_ci < 1:
+        problems.append(f"--target-ci must be a fraction in (0, 1), got {args.target_ci}")
+    if args.target_ci is not None and not args.warmup < args.min_steps <= args.steps:
+        problems.append(f"adaptive length needs --warmup < --min-steps <= --steps, got "
+                        f"{args.warmup}, {args.min_steps}, {args.steps}")
     if not 0 <= args.inject_slowdown <= 10:
         problems.append(f"--inject-slowdown must be between 0 and 10, got {args.inject_slowdown}")
     if args.lr_warmup_steps < 0:
@@ -126,6 +139,33 @@ def adamw_as_open_clip(model: torch.nn.Module, lr: float, wd: float) -> torch.op
     include = [p for _, p in named if id(p) not in excluded]
     groups = [{"params": exclude, "weight_decay": 0.0}, {"params": include, "weight_decay": wd}]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-6)
+
+
+class AdaptiveStop:
+    """Ends training once rank 0's median step time is known precisely enough (``--target-ci``).
+
+    Rank 0 judges from the step times its recorder has already resolved (no device synchronize); every
+    CHECK_EVERY steps its decision is broadcast over a CPU-only gloo group, so all ranks stop together.
+    """
+
+    CHECK_EVERY = 5
+
+    def __init__(self, args: argparse.Namespace, recorder: StepRecorder) -> None:
+        self.target = args.target_ci
+        self.min_steps, self.warmup = args.min_steps, args.warmup
+        self.recorder = recorder
+        self.group = dist.new_group(backend="gloo") if self.target is not None else None
+        self.halfwidth: float | None = None
+
+    def should_stop(self, steps_done: int) -> bool:
+        if self.target is None or steps_done < self.min_steps or steps_done % self.CHECK_EVERY:
+            return False
+        flag = torch.zeros(1)
+        if self.recorder.active:
+            self.halfwidth = stats.median_ci_halfwidth(self.recorder.step_times[self.warmup:])
+            flag[0] = float(self.halfwidth is not None and self.halfwidth <= self.target)
+        dist.broadcast(flag, src=0, group=self.group)
+        return bool(flag.item())
 
 
 def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
@@ -202,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     recorder = StepRecorder(args.records if rank == 0 else None, device_type=device.type, on_step=log_step)
     injector = SlowdownInjector(args.inject_slowdown, device.type, lambda: recorder.last_step_s)
+    adaptive = AdaptiveStop(args, recorder)
     recorder.write(
         "start",
         workload="openclip",
@@ -253,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             scalars={"loss": loss, "logit_scale": model.logit_scale.exp()},
         )
         injector.step_started()
+        if adaptive.should_stop(step + 1):
+            break
 
     peak, peak_kind = peak_memory_bytes(device)
     peak_all = torch.tensor([peak], dtype=torch.float64, device=device)
@@ -261,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         peak_memory_bytes=int(peak_all.item()),
         peak_memory_kind=peak_kind,
         wall_s=time.perf_counter() - wall_start,
+        steps_run=step + 1,
+        stopped_early=step + 1 < args.steps,
+        median_step_ci_halfwidth=adaptive.halfwidth,
     )
     dist.destroy_process_group()
     return 0

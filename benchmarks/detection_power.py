@@ -1,0 +1,103 @@
+"""How good are perfgate's verdicts? Plant slowdowns into a CPU case and count how often the gate fails.
+
+    python benchmarks/detection_power.py --trials 10 --sizes 0 0.03 0.05 0.10 0.20
+
+Measures a fresh baseline for one case (``--perf-baseline-repeats`` runs, in a scratch baseline
+directory), then runs the gate ``--trials`` times per planted slowdown size, each a whole pytest
+session at the default settings, sizes interleaved in a shuffled order so that slow spells of a
+shared machine fall on every size alike. Reports per size how often the gate failed (for 0: false
+alarms) and how long each verdict took, as a Markdown table, and writes every trial to JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_command(args: argparse.Namespace, baseline_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "pytest", "tests_perf", "-q", "-p", "no:cacheprovider",
+        "-k", args.case, "--baseline-dir", str(baseline_dir), "--hardware-class", "detection-power",
+        *args.pytest_args, *extra,
+    ]
+
+
+def run_session(command: list[str]) -> tuple[int, float]:
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    elapsed = time.monotonic() - started
+    if done.returncode not in (0, 1):
+        sys.exit(f"pytest exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+    return done.returncode, elapsed
+
+
+def summarize(trials: list[dict], sizes: list[float]) -> list[str]:
+    lines = [
+        "| planted slowdown | trials | gate failed | rate | median time to verdict | max time |",
+        "|---|---|---|---|---|---|",
+    ]
+    for size in sizes:
+        mine = [t for t in trials if t["slowdown"] == size]
+        failed = sum(t["failed"] for t in mine)
+        times = [t["seconds"] for t in mine]
+        label = "0 % (unchanged)" if size == 0 else f"{size:.0%}"
+        lines.append(
+            f"| {label} | {len(mine)} | {failed} | {failed / len(mine):.0%} | "
+            f"{statistics.median(times):.0f} s | {max(times):.0f} s |"
+        )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", default="workers0-cpu", help="pytest -k expression selecting one case")
+    parser.add_argument("--sizes", type=float, nargs="+", default=[0.0, 0.03, 0.05, 0.10, 0.20])
+    parser.add_argument("--trials", type=int, default=10, help="gate sessions per size")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled trial order")
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "detection_power.json")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest options (after --), e.g. --perf-steps 20")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="perfgate-power-") as scratch:
+        baseline_dir = Path(scratch)
+        code, seconds = run_session(pytest_command(args, baseline_dir, "--update-baselines"))
+        if code != 0:
+            sys.exit("measuring the baseline failed")
+        baseline = next(baseline_dir.glob("*/*.json"))
+        stored = json.loads(baseline.read_text())
+        print(f"baseline: {baseline.name} in {seconds:.0f} s; tolerance "
+              + ", ".join(f"{k} {v['tolerance']:.1%}" for k, v in stored["metrics"].items()), flush=True)
+
+        order = [size for size in args.sizes for _ in range(args.trials)]
+        random.Random(args.seed).shuffle(order)
+        trials = []
+        for index, size in enumerate(order, 1):
+            code, seconds = run_session(pytest_command(args, baseline_dir, "--perf-inject-slowdown", str(size)))
+            trials.append({"slowdown": size, "failed": code == 1, "seconds": round(seconds, 1)})
+            print(f"[{index}/{len(order)}] slowdown {size:.0%}: {'FAIL' if code else 'pass'} in {seconds:.0f} s",
+                  flush=True)
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"case": args.case, "pytest_args": args.pytest_args, "baseline": stored,
+                                    "trials": trials}, indent=2) + "\n")
+    print("\n".join(summarize(trials, args.sizes)))
+    caught = [s for s in args.sizes if s > 0 and
+              sum(t["failed"] for t in trials if t["slowdown"] == s) >= 0.9 * args.trials]
+    print(f"smallest slowdown caught in >= 90 % of trials: {min(caught):.0%}" if caught else
+          "no planted slowdown was caught in >= 90 % of trials")
+    print(f"trials written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
