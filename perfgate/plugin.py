@@ -227,11 +227,12 @@ class PerfGate:
 
     def _measure(self, plan: Plan, result: dict[str, Any], repeats: int) -> Measurement:
         for _ in range(repeats):
-            self._launch_once(plan, result, self._measurement, repeats)
+            self._launch_once(plan, result, repeats)
         return self._measurement
 
-    def _launch_once(self, plan: Plan, result: dict[str, Any], measurement: Measurement, planned: int) -> None:
+    def _launch_once(self, plan: Plan, result: dict[str, Any], planned: int) -> None:
         """One whole torchrun launch in its own directory, with live progress; appends its metrics."""
+        measurement = self._measurement
         index = len(measurement.runs)
         run_dir = self.workdir / f"run{index}"
         argv = plan.run.argv(run_dir, plan.steps, plan.world_size, plan.warmup, self.settings.inject_slowdown)
@@ -285,7 +286,7 @@ class PerfGate:
             undecided = any(v.outcome == "inconclusive" for v in verdicts)
             if not undecided or len(measurement.runs) >= self.settings.repeat_cap:
                 break
-            self._launch_once(plan, result, measurement, self.settings.repeat_cap)
+            self._launch_once(plan, result, self.settings.repeat_cap)
         outcomes = [stats.settle(v.decision).outcome for v in verdicts]
         result["metrics"] = [self._row(v, outcome) for v, outcome in zip(verdicts, outcomes)]
         planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"

@@ -191,12 +191,13 @@ class StepRecorder:
         self._path = Path(path) if path else None
         self._file = self._path.open("w") if self._path else None
         self._on_step = on_step
-        self._torch = None
-        if device_type == "cuda":
+        self._cuda = device_type == "cuda"
+        self._torch: Any = None
+        if self.active or self._cuda:
             import torch
 
             self._torch = torch
-        self._clock = clock or (_CudaClock(self._torch) if self._torch is not None else _WallClock())
+        self._clock = clock or (_CudaClock(self._torch) if self._cuda else _WallClock())
         self._pending: list[_PendingStep] = []
         self.step_times: list[float] = []
         self.last_step_s: float | None = None
@@ -227,14 +228,12 @@ class StepRecorder:
         if not self.active:
             return
         names = list(scalars)
-        values = [scalars[name].detach().float().reshape(()) for name in names]
-        if self._torch is not None:
-            host = self._torch.empty(len(values), dtype=self._torch.float32, pin_memory=True)
-            host.copy_(self._torch.stack(values), non_blocking=True)
+        stacked = self._torch.stack([scalars[name].detach().float().reshape(()) for name in names])
+        if self._cuda:
+            host = self._torch.empty(len(names), dtype=self._torch.float32, pin_memory=True)
+            host.copy_(stacked, non_blocking=True)
         else:
-            import torch
-
-            host = torch.stack(values)
+            host = stacked
         self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host)))
         self._data_started = time.perf_counter()
         self._resolve(block=False)
