@@ -1,6 +1,6 @@
 """How good are perfgate's verdicts? Plant slowdowns into a CPU case and count how often the gate fails.
 
-    python benchmarks/detection_power.py --trials 10 --sizes 0 0.03 0.05 0.10 0.20
+    python benchmarks/detection_power.py --trials 10 --sizes 0:20 0.03 0.05 0.10:20 0.20
 
 Measures a fresh baseline for one case (``--perf-baseline-repeats`` runs, in a scratch baseline
 directory), then runs the gate ``--trials`` times per planted slowdown size, each a whole pytest
@@ -41,6 +41,20 @@ def run_session(command: list[str]) -> tuple[int, float]:
     return done.returncode, elapsed
 
 
+def judged_metrics(basetemp: Path) -> list[dict]:
+    """The gate's per-metric rows (change, interval, p-value, runs, reason) from the trial's result.json."""
+    found = sorted(basetemp.glob("*/result.json"))
+    return json.loads(found[0].read_text())["metrics"] if found else []
+
+
+def size_and_trials(text: str) -> tuple[float, int | None]:
+    size, _, trials = text.partition(":")
+    try:
+        return float(size), int(trials) if trials else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected SIZE or SIZE:TRIALS (e.g. 0.05 or 0.1:20), got {text!r}")
+
+
 def summarize(trials: list[dict], sizes: list[float]) -> list[str]:
     lines = [
         "| planted slowdown | trials | gate failed | rate | median time to verdict | max time |",
@@ -61,15 +75,16 @@ def summarize(trials: list[dict], sizes: list[float]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", default="workers0-cpu", help="pytest -k expression selecting one case")
-    parser.add_argument("--sizes", type=float, nargs="+", default=[0.0, 0.03, 0.05, 0.10, 0.20])
-    parser.add_argument("--trials", type=int, default=10, help="gate sessions per size")
+    parser.add_argument("--sizes", type=size_and_trials, nargs="+", metavar="SIZE[:TRIALS]",
+                        default=[(0.0, None), (0.03, None), (0.05, None), (0.10, None), (0.20, None)])
+    parser.add_argument("--trials", type=int, default=10, help="gate sessions per size without its own count")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled trial order")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "detection_power.json")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest options (after --), e.g. --perf-steps 20")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="perfgate-power-") as scratch:
-        baseline_dir = Path(scratch)
+        baseline_dir = Path(scratch) / "baselines"
         code, seconds = run_session(pytest_command(args, baseline_dir, "--update-baselines"))
         if code != 0:
             sys.exit("measuring the baseline failed")
@@ -78,21 +93,25 @@ def main() -> int:
         print(f"baseline: {baseline.name} in {seconds:.0f} s; tolerance "
               + ", ".join(f"{k} {v['tolerance']:.1%}" for k, v in stored["metrics"].items()), flush=True)
 
-        order = [size for size in args.sizes for _ in range(args.trials)]
+        counts = {size: trials or args.trials for size, trials in args.sizes}
+        order = [size for size, count in counts.items() for _ in range(count)]
         random.Random(args.seed).shuffle(order)
         trials = []
         for index, size in enumerate(order, 1):
-            code, seconds = run_session(pytest_command(args, baseline_dir, "--perf-inject-slowdown", str(size)))
-            trials.append({"slowdown": size, "failed": code == 1, "seconds": round(seconds, 1)})
+            basetemp = Path(scratch) / f"trial{index}"
+            code, seconds = run_session(pytest_command(args, baseline_dir, "--perf-inject-slowdown", str(size),
+                                                       "--basetemp", str(basetemp)))
+            trials.append({"slowdown": size, "failed": code == 1, "seconds": round(seconds, 1),
+                           "metrics": judged_metrics(basetemp)})
             print(f"[{index}/{len(order)}] slowdown {size:.0%}: {'FAIL' if code else 'pass'} in {seconds:.0f} s",
                   flush=True)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"case": args.case, "pytest_args": args.pytest_args, "baseline": stored,
                                     "trials": trials}, indent=2) + "\n")
-    print("\n".join(summarize(trials, args.sizes)))
-    caught = [s for s in args.sizes if s > 0 and
-              sum(t["failed"] for t in trials if t["slowdown"] == s) >= 0.9 * args.trials]
+    print("\n".join(summarize(trials, list(counts))))
+    caught = [s for s, count in counts.items() if s > 0 and
+              sum(t["failed"] for t in trials if t["slowdown"] == s) >= 0.9 * count]
     print(f"smallest slowdown caught in >= 90 % of trials: {min(caught):.0%}" if caught else
           "no planted slowdown was caught in >= 90 % of trials")
     print(f"trials written to {args.out}")

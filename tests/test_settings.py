@@ -54,3 +54,11 @@ def test_command_line_beats_ini_and_defaults_apply(pytester):
     result.stdout.fnmatch_lines(["SETTINGS 2 local False None baselines"])
     result = pytester.runpytest("-s")
     result.stdout.fnmatch_lines(["SETTINGS 3 local False None baselines"])
+
+
+def test_repeat_cap_defaults_to_one_more_launch_and_follows_the_option():
+    from perfgate.settings import Settings
+
+    assert Settings(repeats=3).repeat_cap == 4
+    assert Settings(repeats=3, max_repeats=6).repeat_cap == 6
+    assert Settings().baseline_repeats == 7
