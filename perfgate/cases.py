@@ -99,6 +99,10 @@ class Flavour:
     """Adaptive length: stop once the ~95 % interval of the median step time is within this fraction of it
     (0.01 = +-1 %); ``steps`` is then the most steps, ``min_steps`` the fewest."""
     min_steps: int | None = None
+    skip: str | None = None
+    """Why this flavour cannot run (an invalid combination, a missing package): the test skips saying so."""
+    benchy_steps: int = 0
+    """Steps of the IO and SYNTHETIC phases the first run of the case measures after its window (0: none)."""
 
 
 def default_steps_args(steps: int, world_size: int, local_batch: int | None) -> dict[str, Any]:
@@ -122,6 +126,8 @@ class Case:
     """Bump when the workload changes what it measures: baselines of other versions are not compared."""
     inject_flag: str | None = "--inject-slowdown"
     """The workload's planted-slowdown option; None when it has none (upstream programs)."""
+    family: str | None = None
+    """Cases of one family differ only in DDP size; the report shows their scaling."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +153,12 @@ class CaseRun:
         return f"{self.case.workload}-{self.id}"
 
     def argv(self, workdir: Path, steps: int | None, world_size: int, warmup: int = 0,
-             inject_slowdown: float = 0.0) -> list[str]:
+             inject_slowdown: float = 0.0, benchy: bool = False) -> list[str]:
+        """The workload's command line; ``benchy`` adds the flavour's IO/SYNTHETIC phases."""
         flavour = self.flavour
         args = dict(flavour.args)
+        if benchy and flavour.benchy_steps:
+            args["benchy-steps"] = flavour.benchy_steps
         if steps is not None:
             args.update(self.case.steps_args(steps, world_size, args.get("batch-size")))
         if flavour.target_ci is not None:
@@ -180,7 +189,10 @@ def runs(cases: Sequence[Case]) -> list[Any]:
             if getattr(case, kind) is None:
                 continue
             run = CaseRun(case, kind)
-            params.append(pytest.param(run, id=run.id, marks=[getattr(pytest.mark, kind), *case.marks]))
+            marks = [getattr(pytest.mark, kind), *case.marks]
+            if run.flavour.skip:
+                marks.append(pytest.mark.skip(reason=f"{run.key}: {run.flavour.skip}"))
+            params.append(pytest.param(run, id=run.id, marks=marks))
     return params
 
 

@@ -10,6 +10,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
+from perfgate import flops
 from perfgate.records import RunRecords
 
 
@@ -28,6 +29,11 @@ METRICS: dict[str, MetricInfo] = {
     "step_time_p90_s": MetricInfo("s", "lower", "90th percentile step time in the measured window"),
     "data_time_share": MetricInfo("fraction", "lower", "share of the window spent waiting for data"),
     "peak_memory_bytes": MetricInfo("bytes", "lower", "peak memory of the busiest rank"),
+    "flops_per_sample": MetricInfo("FLOP", "lower", "training FLOPs per sample (forward + backward)"),
+    "tflops": MetricInfo("TFLOP/s", "higher", "achieved model TFLOP/s over all ranks"),
+    "mfu": MetricInfo("fraction", "higher", "model FLOPs utilization against the GPUs' dense datasheet peak"),
+    "io_samples_per_second": MetricInfo("samples/s", "higher", "benchy IO: the input pipeline alone"),
+    "synthetic_samples_per_second": MetricInfo("samples/s", "higher", "benchy SYNTHETIC: the step on a cached batch"),
 }
 
 
@@ -47,6 +53,11 @@ class RunMetrics:
     measured_steps: int
     warmup_steps: int
     window_s: float
+    flops_per_sample: float | None = None
+    tflops: float | None = None
+    mfu: float | None = None
+    io_samples_per_second: float | None = None
+    synthetic_samples_per_second: float | None = None
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -84,6 +95,8 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
     throughput = sum(s.samples for s in window) / window_s
     times = [s.step_s for s in window]
     end = records.end or {}
+    per_sample = (records.flops or {}).get("flops_per_sample")
+    gpus = world if records.start.get("device") == "cuda" else 0
     return RunMetrics(
         samples_per_second=throughput,
         samples_per_second_per_rank=throughput / world,
@@ -95,4 +108,10 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         measured_steps=len(window),
         warmup_steps=warmup,
         window_s=window_s,
+        flops_per_sample=per_sample,
+        tflops=per_sample * throughput / 1e12 if per_sample else None,
+        mfu=flops.mfu(per_sample, throughput, str(records.start.get("device_name", "")),
+                      str(records.start.get("precision", "")), gpus) if per_sample else None,
+        io_samples_per_second=records.phases.get("io", {}).get("samples_per_second"),
+        synthetic_samples_per_second=records.phases.get("synthetic", {}).get("samples_per_second"),
     )

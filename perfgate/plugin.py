@@ -32,6 +32,7 @@ MARKERS = {
     "cpu": "CPU flavour of a case: gloo ranks on the CPU, small settings; runs anywhere",
     "multinode": "meant for several nodes (see --nodes and --launcher)",
     "slow": "takes many minutes even on its target hardware",
+    "full_matrix": "a matrix case outside the representative default subset; runs with --full-matrix",
 }
 PROPERTY = "perfgate"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +49,8 @@ class SessionState:
         self.settings = settings
         self.root = root
         self.results: list[dict[str, Any]] = []
+        self.left_out = 0
+        """Full-matrix cases deselected because --full-matrix was not given."""
         self._hardware: hardware.Hardware | None = None
 
     def hardware(self) -> hardware.Hardware:
@@ -55,11 +58,23 @@ class SessionState:
             self._hardware = hardware.detect()
         return self._hardware
 
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if self.settings.full_matrix:
+            return
+        left_out = [item for item in items if item.get_closest_marker("full_matrix")]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker("full_matrix")]
+            self.left_out = len(left_out)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
             self.results.extend(value for name, value in report.user_properties if name == PROPERTY)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.left_out:
+            terminalreporter.write_line(f"perfgate: {self.left_out} full-matrix case(s) deselected; "
+                                        "--full-matrix runs them")
         if not self.results:
             return
         results = sorted(self.results, key=lambda r: r["case"])
@@ -78,6 +93,16 @@ class SessionState:
                 terminalreporter.write_line(line)
             for result in updated:
                 terminalreporter.write_line(f"wrote {result['baseline_file']}")
+        for heading, rows, header in (
+            ("what each case achieved (medians over runs; IO / SYNTHETIC from the first run):",
+             report.profile_rows(results), report.PROFILE_HEADER),
+            ("scaling over DDP size (efficiency = speedup / ranks):", report.scaling_rows(results),
+             report.SCALING_HEADER),
+        ):
+            if rows:
+                terminalreporter.write_line(heading)
+                for line in report.table(rows, header):
+                    terminalreporter.write_line(line)
         missing = [r for r in results if r["verdict"] == "no-baseline"]
         if missing:
             terminalreporter.write_line(
@@ -159,6 +184,7 @@ class PerfGate:
             "test": self.request.node.nodeid,
             "hardware_class": plan.hardware_class,
             "world_size": plan.world_size,
+            "family": run.case.family,
             "workdir": str(self.workdir),
             "baseline_file": str(plan.baseline_file),
             "injected_slowdown": self.settings.inject_slowdown,
@@ -216,7 +242,7 @@ class PerfGate:
             nodes=nodes,
             procs_per_node=per_node,
             timeout_s=settings.timeout or flavour.timeout_s,
-            env=self._child_env(),
+            env=self._child_env(run.kind),
             devices_per_node=devices,
         )
         try:
@@ -235,7 +261,8 @@ class PerfGate:
         measurement = self._measurement
         index = len(measurement.runs)
         run_dir = self.workdir / f"run{index}"
-        argv = plan.run.argv(run_dir, plan.steps, plan.world_size, plan.warmup, self.settings.inject_slowdown)
+        argv = plan.run.argv(run_dir, plan.steps, plan.world_size, plan.warmup, self.settings.inject_slowdown,
+                             benchy=index == 0)
         if argv[0] != "-m":
             argv[0] = str((self.state.root / argv[0]).resolve())
         spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv)
@@ -315,6 +342,10 @@ class PerfGate:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         ids = [d for d in visible.split(",") if d] if visible else [str(i) for i in range(hw.gpu_count)]
         per_node = self.settings.gpus_per_node or run.flavour.ranks_per_node or len(ids) // nodes
+        if (run.flavour.ranks_per_node and self.settings.gpus_per_node is None
+                and run.flavour.ranks_per_node * nodes > len(ids)):
+            pytest.skip(f"{run.key}: the case runs {run.flavour.ranks_per_node} GPU ranks per node x {nodes} node(s), "
+                        f"{len(ids)} GPU(s) visible")
         if per_node < 1 or per_node * nodes > len(ids):
             pytest.fail(
                 f"{run.key}: --nodes {nodes} x {max(per_node, 1)} GPUs per node needs {nodes * max(per_node, 1)} GPUs "
@@ -411,10 +442,17 @@ class PerfGate:
         result["message"] = message
         pytest.fail(message, pytrace=False)
 
-    def _child_env(self) -> dict[str, str]:
-        """Children import perfgate (records) and resolve workloads even when it is not installed."""
+    def _child_env(self, kind: str) -> dict[str, str]:
+        """Children import perfgate (records) and resolve workloads even when it is not installed.
+
+        CPU ranks get one thread each (torchrun's own choice for several ranks per node), so a DDP size
+        family on CPU compares 1 core with N cores; an OMP_NUM_THREADS of the user's wins.
+        """
         paths = [str(PACKAGE_ROOT), str(self.state.root), os.environ.get("PYTHONPATH", "")]
-        return {"PYTHONPATH": os.pathsep.join(p for p in dict.fromkeys(paths) if p), "PYTHONUNBUFFERED": "1"}
+        env = {"PYTHONPATH": os.pathsep.join(p for p in dict.fromkeys(paths) if p), "PYTHONUNBUFFERED": "1"}
+        if kind == "cpu":
+            env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
+        return env
 
     def _terminal(self) -> Any:
         return self.config.pluginmanager.get_plugin("terminalreporter")

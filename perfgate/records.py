@@ -1,7 +1,9 @@
 """Step records: the contract between a workload (writer) and the plugin (reader).
 
 A workload's rank 0 appends one JSON object per line to a records file: a ``start`` record
-(run facts), one ``step`` record per optimizer step, and an ``end`` record (peak memory).
+(run facts), one ``step`` record per optimizer step, and an ``end`` record (peak memory); optionally
+a ``flops`` record (training FLOPs per sample) and ``phase`` records (benchy's IO and SYNTHETIC
+throughputs, measured after the steps).
 Records are written as soon as a step's timing is known, so the plugin can show progress by
 tailing the file while the run is still going.
 
@@ -36,6 +38,12 @@ class RunRecords:
     start: dict[str, Any] = field(default_factory=dict)
     steps: tuple[StepRecord, ...] = ()
     end: dict[str, Any] | None = None
+    flops: dict[str, Any] | None = None
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Benchy phases by name (``io``, ``synthetic``): their steps and samples/s."""
+
+
+KINDS = {"start", "step", "end", "flops", "phase"}
 
 
 class RecordsError(ValueError):
@@ -51,7 +59,7 @@ def parse_line(line: str, source: str = "records") -> dict[str, Any] | None:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise RecordsError(f"{source}: not a JSON record: {line[:80]!r} ({exc.msg})") from None
-    if not isinstance(obj, dict) or obj.get("kind") not in {"start", "step", "end"}:
+    if not isinstance(obj, dict) or obj.get("kind") not in KINDS:
         raise RecordsError(f"{source}: record without a known 'kind': {line[:80]!r}")
     return obj
 
@@ -73,18 +81,20 @@ def step_from_dict(obj: dict[str, Any], source: str = "records") -> StepRecord:
 
 
 def collect(objects: Iterator[dict[str, Any]], source: str = "records") -> RunRecords:
-    start: dict[str, Any] = {}
+    facts: dict[str, dict[str, Any]] = {}
     steps: list[StepRecord] = []
-    end = None
+    phases: dict[str, dict[str, Any]] = {}
     for obj in objects:
         kind = obj["kind"]
-        if kind == "start":
-            start = {k: v for k, v in obj.items() if k != "kind"}
-        elif kind == "step":
+        body = {k: v for k, v in obj.items() if k != "kind"}
+        if kind == "step":
             steps.append(step_from_dict(obj, source))
+        elif kind == "phase":
+            phases[str(body.get("phase"))] = body
         else:
-            end = {k: v for k, v in obj.items() if k != "kind"}
-    return RunRecords(start=start, steps=tuple(steps), end=end)
+            facts[kind] = body
+    return RunRecords(start=facts.get("start", {}), steps=tuple(steps), end=facts.get("end"),
+                      flops=facts.get("flops"), phases=phases)
 
 
 def read_records(path: Path) -> RunRecords:

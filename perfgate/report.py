@@ -105,3 +105,60 @@ def table(rows: list[list[str]], header: Sequence[str] = ("case", "metric", "mea
         return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths)).rstrip()
 
     return [fmt(header), fmt(["-" * w for w in widths]), *(fmt(row) for row in rows)]
+
+
+PROFILE_HEADER = ("case", "samples/s", "TFLOP/s", "MFU", "IO / SYNTHETIC samples/s", "bottleneck")
+
+
+def bottleneck(io: float | None, synthetic: float | None) -> str:
+    """benchy's reading: the slower of the input pipeline alone and the step on a cached batch bounds FULL."""
+    if io is None or synthetic is None:
+        return "-"
+    if io < synthetic:
+        return f"input-bound: IO {io:,.0f}/s < compute {synthetic:,.0f}/s"
+    return f"compute-bound: compute {synthetic:,.0f}/s <= IO {io:,.0f}/s"
+
+
+def profile_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """What each measured case achieved: throughput, model TFLOP/s and MFU, and its benchy bottleneck."""
+    rows = []
+    for result in results:
+        measured = result.get("measured") or {}
+        if measured.get("samples_per_second") is None:
+            continue
+        io, synthetic = measured.get("io_samples_per_second"), measured.get("synthetic_samples_per_second")
+        tflops, mfu = measured.get("tflops"), measured.get("mfu")
+        rows.append([
+            result["case"],
+            f"{measured['samples_per_second']:,.1f}",
+            "-" if tflops is None else f"{tflops:,.3g}",
+            "-" if mfu is None else f"{mfu:.1%}",
+            "-" if io is None and synthetic is None else f"{_rate(io)} / {_rate(synthetic)}",
+            bottleneck(io, synthetic),
+        ])
+    return rows
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+SCALING_HEADER = ("family", "ranks", "samples/s", "speedup", "efficiency")
+
+
+def scaling_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """DDP-size families measured in this session: speedup = thr(N) / thr(1), efficiency = speedup / N."""
+    families: dict[str, dict[int, float]] = {}
+    for result in results:
+        throughput = (result.get("measured") or {}).get("samples_per_second")
+        if result.get("family") and throughput:
+            kind = result["case"].rsplit("-", 1)[-1]
+            families.setdefault(f"{result['family']}-{kind}", {})[int(result["world_size"])] = throughput
+    rows = []
+    for family, by_size in sorted(families.items()):
+        if len(by_size) < 2 or 1 not in by_size:
+            continue
+        for size, throughput in sorted(by_size.items()):
+            speedup = throughput / by_size[1]
+            rows.append([family, str(size), f"{throughput:,.1f}", f"{speedup:.2f}x", f"{speedup / size:.0%}"])
+    return rows

@@ -106,6 +106,8 @@ OPTIONS = (
            fraction, 0.0, "FRACTION"),
     Option("--fail-stale", "fail_stale", "fail a case that is significantly faster than its baseline by more than "
            "the tolerance (default: warn that the baseline is stale)"),
+    Option("--full-matrix", "full_matrix", "run every case of the workload matrices (each axis value with the "
+           "others at the base point), not only the representative default subset"),
     Option("--force-baseline-update", "force_baseline_update", "let --update-baselines overwrite a baseline "
            "measured on other hardware, for another workload version, or a published reference"),
 )
@@ -128,6 +130,7 @@ class Settings:
     max_repeats: int | None = None
     inject_slowdown: float = 0.0
     fail_stale: bool = False
+    full_matrix: bool = False
     force_baseline_update: bool = False
 
     @property

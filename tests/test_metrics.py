@@ -50,3 +50,21 @@ def test_all_warmup_is_an_error_that_says_what_to_change():
 def test_non_finite_loss_is_divergence_not_a_measurement():
     with pytest.raises(MetricsError, match="not finite from step 2"):
         compute(run([1.0, 1.0, 1.0, 1.0], losses=[1.0, 0.5, math.nan, 0.1]), warmup=1)
+
+
+def test_flops_give_achieved_tflops_and_mfu_on_a_known_gpu():
+    steps = tuple(StepRecord(i, 1000, 1.0, 0.0, 1.0) for i in range(3))
+    start = {"world_size": 2, "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "precision": "amp_bf16"}
+    metrics = compute(RunRecords(start=start, steps=steps, flops={"flops_per_sample": 1e9}), warmup=1)
+    assert metrics.tflops == pytest.approx(1.0)
+    assert metrics.mfu == pytest.approx(1e12 / (2 * 989.4e12))
+    on_cpu = compute(RunRecords(start={"world_size": 2, "device": "cpu"}, steps=steps,
+                                flops={"flops_per_sample": 1e9}), warmup=1)
+    assert on_cpu.tflops == pytest.approx(1.0) and on_cpu.mfu is None
+
+
+def test_benchy_phases_become_io_and_synthetic_throughputs():
+    phases = {"io": {"samples_per_second": 303.0}, "synthetic": {"samples_per_second": 359.0}}
+    metrics = compute(RunRecords(start={"world_size": 1}, steps=run([1.0, 1.0]).steps, phases=phases), warmup=0)
+    assert (metrics.io_samples_per_second, metrics.synthetic_samples_per_second) == (303.0, 359.0)
+    assert compute(run([1.0, 1.0]), warmup=0).io_samples_per_second is None

@@ -1,6 +1,7 @@
 """The OpenCLIP workload's own pieces, in-process (its torchrun runs are in test_plugin_e2e.py)."""
 
 import importlib.util
+import sys
 
 import pytest
 import torch
@@ -10,10 +11,14 @@ from conftest import REPO
 
 @pytest.fixture(scope="module")
 def workload():
-    spec = importlib.util.spec_from_file_location("openclip_train", REPO / "workloads" / "openclip_train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    sys.path.insert(0, str(REPO / "workloads"))
+    try:
+        spec = importlib.util.spec_from_file_location("openclip_train", REPO / "workloads" / "openclip_train.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(REPO / "workloads"))
 
 
 def test_defaults_parse(workload):

@@ -115,3 +115,19 @@ def test_steps_are_written_late_once_the_device_reaches_them_without_waiting(tmp
     assert written() == [0, 1, 2]
     assert clock.waits == 1
     assert [s.step_s for s in read_records(path).steps] == [1.5, 1.5, 1.5]
+
+
+def test_flops_and_benchy_phase_records_are_read_alongside_steps(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    lines = [{"kind": "start", "world_size": 2},
+             {"kind": "flops", "flops_per_sample": 5e9, "counted_on_samples": 2},
+             {"kind": "step", "step": 0, "samples": 8, "step_s": 1.0, "data_s": 0.1},
+             {"kind": "phase", "phase": "io", "steps": 6, "samples_per_second": 303.0},
+             {"kind": "phase", "phase": "synthetic", "steps": 6, "samples_per_second": 359.0},
+             {"kind": "end", "peak_memory_bytes": 1}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    records = read_records(path)
+    assert records.flops == {"flops_per_sample": 5e9, "counted_on_samples": 2}
+    assert records.phases["io"]["samples_per_second"] == 303.0
+    assert records.phases["synthetic"]["steps"] == 6
+    assert len(records.steps) == 1 and records.end == {"peak_memory_bytes": 1}

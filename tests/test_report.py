@@ -45,3 +45,40 @@ def test_update_table_shows_old_new_change_tolerance_noise_and_runs():
     assert lines[2].split() == ["c", "samples_per_second", "100", "samples/s", "110", "samples/s", "+10.0%", "5.0%",
                                 "1.2%", "5"]
     assert lines[3].split() == ["c", "total_time_secs", "-", "9", "s", "new", "3.0%", "0.0%", "5"]
+
+
+def test_bottleneck_names_the_slower_of_io_and_compute():
+    from perfgate.report import bottleneck
+
+    assert bottleneck(303.3, 359.4) == "input-bound: IO 303/s < compute 359/s"
+    assert bottleneck(779.0, 421.6) == "compute-bound: compute 422/s <= IO 779/s"
+    assert bottleneck(None, 421.6) == "-"
+
+
+def test_profile_rows_show_throughput_tflops_mfu_and_bottleneck():
+    from perfgate.report import PROFILE_HEADER, profile_rows
+
+    results = [{"case": "unet3d-a-gpu", "measured": {"samples_per_second": 252.0, "tflops": 181.2, "mfu": 0.183,
+                                                     "io_samples_per_second": 303.3,
+                                                     "synthetic_samples_per_second": 359.4}},
+               {"case": "openclip-fp32-cpu", "measured": {"samples_per_second": 250.0}},
+               {"case": "crashed-cpu", "measured": {}}]
+    rows = profile_rows(results)
+    assert rows[0] == ["unet3d-a-gpu", "252.0", "181", "18.3%", "303.3 / 359.4",
+                       "input-bound: IO 303/s < compute 359/s"]
+    assert rows[1] == ["openclip-fp32-cpu", "250.0", "-", "-", "-", "-"]
+    assert len(rows) == 2 and len(PROFILE_HEADER) == len(rows[0])
+
+
+def test_scaling_rows_give_speedup_and_efficiency_per_family():
+    from perfgate.report import scaling_rows
+
+    results = [
+        {"case": f"resnet50-fp32-ddp{n}-gpu", "family": "resnet50-fp32", "world_size": n,
+         "measured": {"samples_per_second": rate}}
+        for n, rate in ((1, 925.0), (8, 7020.9))
+    ] + [{"case": "alone-ddp2-cpu", "family": "alone", "world_size": 2, "measured": {"samples_per_second": 5.0}}]
+    assert scaling_rows(results) == [
+        ["resnet50-fp32-gpu", "1", "925.0", "1.00x", "100%"],
+        ["resnet50-fp32-gpu", "8", "7,020.9", "7.59x", "95%"],
+    ]

@@ -1,0 +1,132 @@
+"""The ResNet-50 and 3D U-Net workloads: real training under torchrun (2 gloo ranks), their input
+pipelines (PyTorch and DALI) and the model shapes the seeds describe."""
+
+import importlib.util
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO
+
+from perfgate.launch import LaunchSpec, launch
+from perfgate.records import read_records
+
+WORKLOADS = REPO / "workloads"
+needs_dali = pytest.mark.skipif(importlib.util.find_spec("nvidia.dali") is None, reason="DALI is not installed")
+
+
+@pytest.fixture(scope="module")
+def unet3d():
+    sys.path.insert(0, str(WORKLOADS))
+    try:
+        spec = importlib.util.spec_from_file_location("unet3d_train", WORKLOADS / "unet3d_train.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(WORKLOADS))
+
+
+def train(tmp_path, script, *args):
+    """Runs a workload for a few steps on 2 gloo ranks; returns rank 0's records."""
+    records = tmp_path / "steps.jsonl"
+    launch(LaunchSpec(entry=[str(WORKLOADS / script), "--device", "cpu", "--records", str(records), *args],
+                      workdir=tmp_path / "run", procs_per_node=2, timeout_s=240,
+                      env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}))
+    return read_records(records)
+
+
+def assert_trained(records, steps):
+    losses = [s.loss for s in records.steps]
+    assert len(losses) == steps and all(math.isfinite(loss) for loss in losses)
+    assert len(set(losses)) > 1, "the loss never changed: nothing was trained"
+    assert records.flops["flops_per_sample"] > 0
+    assert records.phases["io"]["samples_per_second"] > 0 and records.phases["synthetic"]["samples_per_second"] > 0
+    assert records.start["world_size"] == 2 and records.end["steps_run"] == steps
+
+
+def test_resnet50_trains_on_two_gloo_ranks(tmp_path, no_leftovers):
+    records = train(tmp_path, "resnet50_train.py", "--image-size", "32", "--batch-size", "4", "--steps", "4",
+                    "--workers", "1", "--precision", "fp32", "--benchy-steps", "2")
+    assert_trained(records, 4)
+    assert records.start["model"] == "resnet50-v1.5" and records.start["parameters"] == 25_557_032
+
+
+@pytest.mark.parametrize("loader", ["torch", pytest.param("dali", marks=needs_dali)])
+def test_unet3d_trains_on_two_gloo_ranks(tmp_path, no_leftovers, loader):
+    records = train(tmp_path, "unet3d_train.py", "--base-channels", "4", "--batch-size", "1", "--volume", "64",
+                    "--steps", "4", "--workers", "1", "--loader", loader, "--benchy-steps", "2",
+                    "--data-dir", str(tmp_path / "volume"))
+    assert_trained(records, 4)
+    assert (tmp_path / "volume" / "input.npy").exists()
+
+
+def test_unet3d_has_the_tutorials_shape(unet3d):
+    with torch.device("meta"):
+        model = unet3d.UNet3D(64)
+        out = model(torch.empty(1, 4, 64, 64, 64))
+    assert 116e6 < sum(p.numel() for p in model.parameters()) < 118e6
+    assert out.shape == (1, 5, 64, 64, 64)
+
+
+def orientation(crop: np.ndarray) -> tuple[int, int]:
+    """Which spatial axis channel 0 (a ramp along z in the stored volume) now runs along, and its sign."""
+    slopes = [float(np.diff(crop[0], axis=axis).mean()) for axis in range(3)]
+    axis = int(np.argmax(np.abs(slopes)))
+    return axis, int(np.sign(slopes[axis]))
+
+
+@pytest.fixture
+def ramp_volume(tmp_path):
+    """Input channel c is a ramp along spatial axis c % 3; the target is tanh(input) plus their mean."""
+    side = 96
+    ramp = np.arange(side, dtype=np.float32) / side
+    inp = np.stack([np.broadcast_to(ramp.reshape([-1 if a == c % 3 else 1 for a in range(3)]), (side,) * 3)
+                    for c in range(4)]).astype(np.float32)
+    tar = np.concatenate([np.tanh(inp), inp.mean(axis=0, keepdims=True)]).astype(np.float32)
+    paths = tmp_path / "input.npy", tmp_path / "target.npy"
+    np.save(paths[0], inp)
+    np.save(paths[1], tar)
+    return paths
+
+
+def check_crops(pairs):
+    orientations = set()
+    for inp, tar in pairs:
+        assert inp.shape == (4, 64, 64, 64) and tar.shape == (5, 64, 64, 64)
+        assert inp.dtype == tar.dtype == np.float32
+        np.testing.assert_allclose(tar[:4], np.tanh(inp), atol=1e-6)  # same crop, same rotation and flips
+        orientations.add(orientation(inp))
+    assert len(orientations) >= 4, f"augmentation hardly varies the samples: {orientations}"
+
+
+def test_torch_loader_crops_rotate_and_flip_input_and_target_alike(unet3d, ramp_volume):
+    dataset = unet3d.RandomCrops(ramp_volume, num_samples=24, seed=0)
+    check_crops((inp.numpy(), tar.numpy()) for inp, tar in (dataset[i] for i in range(24)))
+
+
+@needs_dali
+def test_dali_cpu_pipeline_crops_rotates_and_flips_input_and_target_alike(unet3d, ramp_volume):
+    import dali_loaders
+
+    batches = list(dali_loaders.volume_batches(ramp_volume, batch_size=8, crop=64, threads=1, seed=3,
+                                               device_id=None, batches=3))
+    assert len(batches) == 3
+    assert batches[0][0].device.type == "cpu" and batches[0][0].shape == (8, 4, 64, 64, 64)
+    check_crops((inp.numpy(), tar.numpy()) for batch in batches for inp, tar in zip(*batch))
+
+
+@needs_dali
+def test_dali_cpu_image_pipeline_gives_normalized_random_crops(unet3d):
+    import dali_loaders
+
+    mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
+    (images, labels), (more, _) = dali_loaders.image_batches(
+        batch_size=4, image_size=32, source_side=40, threads=1, seed=0, device_id=None, batches=2, mean=mean, std=std)
+    assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32
+    assert labels.shape == (4,) and labels.dtype == torch.int64 and ((0 <= labels) & (labels < 1000)).all()
+    assert abs(float(images.mean())) < 0.2 and 0.8 < float(images.std()) < 1.3
+    assert not torch.equal(images, more)

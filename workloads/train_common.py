@@ -1,0 +1,316 @@
+"""What every perfgate workload shares: torchrun/DDP set-up, precision modes, optimizers, the timed
+step loop and the benchy-style IO / SYNTHETIC phases.
+
+A workload builds its model, data and one training step; ``Trainer`` runs that step under the same
+rules everywhere: rank 0 records each step with ``perfgate.records.StepRecorder`` (CUDA events
+resolved late on GPU, never a per-step synchronize), a planted slowdown is applied between the
+step's work and its end marker, and the adaptive stop is agreed by all ranks. After the measured
+FULL window, ``--benchy-steps N`` times the data loader alone (IO) and the step on one cached batch
+(SYNTHETIC), as the SC21 tutorial's benchy does, so the report can say what bounds the throughput.
+
+Workloads are plain torchrun entry points: nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from perfgate import flops, stats
+from perfgate.inject import SlowdownInjector
+from perfgate.records import StepRecorder
+
+PRECISIONS = ("fp32", "tf32", "amp", "amp_bf16")
+"""fp32: full fp32 math (TF32 off); tf32: fp32 with TF32 tensor cores; amp: fp16 autocast + GradScaler;
+amp_bf16: bf16 autocast."""
+OPTIMIZERS = ("default", "fused", "apex")
+"""default: torch's multi-tensor (foreach) optimizer; fused: torch's fused kernel; apex: apex.optimizers."""
+LOADERS = ("torch", "dali", "synthetic")
+"""torch: DataLoader with --workers processes; dali: a DALI pipeline with --workers threads;
+synthetic: one random batch on the device, reused (no input pipeline at all)."""
+
+
+def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: int = 50) -> None:
+    parser.add_argument("--batch-size", type=int, default=batch_size, help="local batch size per rank (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=steps, help="optimizer steps to run (default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=2, help="loader worker processes (DALI: threads) per rank")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
+    parser.add_argument(
+        "--sync-buffers", action=argparse.BooleanOptionalAction, default=True,
+        help="DDP forward_sync_buffers (broadcast buffers from rank 0 every forward)",
+    )
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
+                        help="torch.compile the model")
+    parser.add_argument(
+        "--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
+        help="capture the model in CUDA graphs (torch.compile mode 'reduce-overhead'; GPU only)",
+    )
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--records", type=Path, help="rank 0 appends JSON step records here")
+    parser.add_argument(
+        "--target-ci", type=float, metavar="FRACTION",
+        help="adaptive length: stop once the ~95%% interval of the median step time (after --warmup) is within "
+        "this fraction of it; --steps is then the most steps",
+    )
+    parser.add_argument("--min-steps", type=int, default=20, help="adaptive length: the fewest steps (default 20)")
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the adaptive interval")
+    parser.add_argument(
+        "--benchy-steps", type=int, default=0, metavar="N",
+        help="after training, time N batches of the loader alone (IO) and N steps on one cached batch "
+        "(SYNTHETIC); 0 skips them",
+    )
+    parser.add_argument(
+        "--inject-slowdown", type=float, default=0.0, metavar="FRACTION",
+        help="stretch every step by this fraction of its duration (to test a perf gate); default 0",
+    )
+
+
+def common_problems(args: argparse.Namespace) -> list[str]:
+    """Everything wrong with the shared arguments, as messages naming the option."""
+    problems = []
+    for name in ("batch_size", "steps"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.workers < 0:
+        problems.append(f"--workers must be >= 0, got {args.workers}")
+    if args.bucket_cap_mb <= 0:
+        problems.append(f"--bucket-cap-mb must be > 0, got {args.bucket_cap_mb}")
+    if args.benchy_steps < 0:
+        problems.append(f"--benchy-steps must be >= 0, got {args.benchy_steps}")
+    if args.target_ci is not None and not 0 < args.target_ci < 1:
+        problems.append(f"--target-ci must be a fraction in (0, 1), got {args.target_ci}")
+    if args.target_ci is not None and not args.warmup < args.min_steps <= args.steps:
+        problems.append(f"adaptive length needs --warmup < --min-steps <= --steps, got "
+                        f"{args.warmup}, {args.min_steps}, {args.steps}")
+    if not 0 <= args.inject_slowdown <= 10:
+        problems.append(f"--inject-slowdown must be between 0 and 10, got {args.inject_slowdown}")
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if args.device == "cuda" and not torch.cuda.is_available():
+        problems.append("--device cuda was asked for but torch sees no CUDA device")
+    if args.cuda_graphs and not cuda:
+        problems.append("--cuda-graphs needs a CUDA device")
+    if getattr(args, "precision", None) == "amp" and not cuda:
+        problems.append("--precision amp (fp16 autocast + GradScaler) needs a CUDA device; use amp_bf16 on CPU")
+    if getattr(args, "optimizer", None) == "apex" and importlib.util.find_spec("apex.optimizers") is None:
+        problems.append("--optimizer apex: NVIDIA apex is not installed (it is not on PyPI: build it from "
+                        "https://github.com/NVIDIA/apex with nvcc), or use --optimizer fused")
+    if getattr(args, "loader", None) == "dali" and importlib.util.find_spec("nvidia.dali") is None:
+        problems.append("--loader dali: NVIDIA DALI is not installed (pip install nvidia-dali-cuda120)")
+    return problems
+
+
+@dataclass(frozen=True)
+class Distributed:
+    device: torch.device
+    rank: int
+    local_rank: int
+    world_size: int
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def init_distributed(device_arg: str) -> Distributed:
+    """Joins the torchrun job: nccl with one GPU per rank, or gloo on the CPU."""
+    use_cuda = device_arg == "cuda" or (device_arg == "auto" and torch.cuda.is_available())
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+    return Distributed(device, dist.get_rank(), local_rank, dist.get_world_size())
+
+
+def set_math_mode(precision: str) -> None:
+    """fp32 means fp32: TF32 tensor-core math only for ``tf32`` (torch enables it for cuDNN by default)."""
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+
+
+def autocast_for(precision: str, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+    if precision in ("amp", "amp_bf16"):
+        dtype = torch.float16 if precision == "amp" else torch.bfloat16
+        return lambda: torch.autocast(device.type, dtype=dtype)
+    return contextlib.nullcontext
+
+
+def wrap_ddp(model: torch.nn.Module, env: Distributed, args: argparse.Namespace) -> DistributedDataParallel:
+    return DistributedDataParallel(
+        model,
+        device_ids=[env.device.index] if env.cuda else None,
+        bucket_cap_mb=args.bucket_cap_mb,
+        forward_sync_buffers=args.sync_buffers,
+    )
+
+
+def compiled(module: torch.nn.Module, args: argparse.Namespace) -> torch.nn.Module:
+    """torch.compile as asked: CUDA graphs come through the 'reduce-overhead' mode."""
+    if args.cuda_graphs:
+        return torch.compile(module, mode="reduce-overhead")
+    if args.compile:
+        return torch.compile(module)
+    return module
+
+
+def make_optimizer(kind: str, family: str, params: Iterable[Any], **hyper: Any) -> torch.optim.Optimizer:
+    """``family`` adam/adamw/sgd in the implementation ``kind`` (see OPTIMIZERS)."""
+    if kind == "apex":
+        from apex import optimizers as apex_optimizers
+
+        if family == "sgd":
+            return apex_optimizers.FusedSGD(params, **hyper)
+        return apex_optimizers.FusedAdam(params, adam_w_mode=family == "adamw", **hyper)
+    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[family]
+    return cls(params, fused=True, **hyper) if kind == "fused" else cls(params, foreach=True, **hyper)
+
+
+def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device), "cuda max_memory_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host max RSS"
+
+
+class AdaptiveStop:
+    """Ends training once rank 0's median step time is known precisely enough (``--target-ci``).
+
+    Rank 0 judges from the step times its recorder has already resolved (no device synchronize); every
+    CHECK_EVERY steps its decision is broadcast over a CPU-only gloo group, so all ranks stop together.
+    """
+
+    CHECK_EVERY = 5
+
+    def __init__(self, args: argparse.Namespace, recorder: StepRecorder) -> None:
+        self.target = args.target_ci
+        self.min_steps, self.warmup = args.min_steps, args.warmup
+        self.recorder = recorder
+        self.group = dist.new_group(backend="gloo") if self.target is not None else None
+        self.halfwidth: float | None = None
+
+    def should_stop(self, steps_done: int) -> bool:
+        if self.target is None or steps_done < self.min_steps or steps_done % self.CHECK_EVERY:
+            return False
+        flag = torch.zeros(1)
+        if self.recorder.active:
+            self.halfwidth = stats.median_ci_halfwidth(self.recorder.step_times[self.warmup:])
+            flag[0] = float(self.halfwidth is not None and self.halfwidth <= self.target)
+        dist.broadcast(flag, src=0, group=self.group)
+        return bool(flag.item())
+
+
+StepFn = Callable[[int, Any], dict[str, torch.Tensor]]
+"""One optimizer step on a device batch: (step index, batch) -> 0-d tensors to record (``loss`` first)."""
+
+
+class Trainer:
+    """Runs a workload's step over its loader under perfgate's timing rules (see the module docstring)."""
+
+    def __init__(self, args: argparse.Namespace, env: Distributed, *, global_batch: int,
+                 on_step: Callable[..., None] | None = None) -> None:
+        self.args, self.env, self.global_batch = args, env, global_batch
+        self.recorder = StepRecorder(args.records if env.rank == 0 else None, device_type=env.device.type,
+                                     on_step=on_step)
+        self.injector = SlowdownInjector(args.inject_slowdown, env.device.type, lambda: self.recorder.last_step_s)
+        self.adaptive = AdaptiveStop(args, self.recorder)
+        self.lr: Callable[[], float | None] = lambda: None
+        self.last_batch: Any = None
+
+    def start(self, **facts: Any) -> None:
+        """Writes the start record: the run's facts, common settings included."""
+        args, env = self.args, self.env
+        self.recorder.write(
+            "start", world_size=env.world_size, local_batch=args.batch_size, global_batch=self.global_batch,
+            steps=args.steps, device=env.device.type,
+            device_name=torch.cuda.get_device_name(env.device) if env.cuda else "cpu",
+            injected_slowdown=args.inject_slowdown, **facts,
+        )
+
+    def count_flops(self, model: torch.nn.Module, step: Callable[[], torch.Tensor], samples: int) -> float:
+        """Training FLOPs per sample (forward + backward of ``step``'s loss), written as a ``flops`` record."""
+        per_sample = flops.training_flops(step) / samples
+        model.zero_grad(set_to_none=True)
+        self.recorder.write("flops", flops_per_sample=per_sample, counted_on_samples=samples)
+        return per_sample
+
+    def fit(self, batches: Iterator[Any], step_fn: StepFn) -> int:
+        """The measured FULL run: up to ``--steps`` steps; returns how many ran."""
+        recorder, injector = self.recorder, self.injector
+        done = 0
+        recorder.begin()
+        injector.step_started()
+        for step in range(self.args.steps):
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            data_s = recorder.data_ready()
+            scalars = step_fn(step, batch)
+            injector.pause()
+            recorder.end_step(step, samples=self.global_batch, data_s=data_s, lr=self.lr(), scalars=scalars)
+            injector.step_started()
+            done = step + 1
+            if self.adaptive.should_stop(done):
+                break
+        self.last_batch = batch if done else None
+        return done
+
+    def benchy(self, fresh_batches: Callable[[], Iterator[Any]] | None, step_fn: StepFn) -> None:
+        """IO and SYNTHETIC phases after the FULL window (synchronized: they are outside what is gated).
+
+        ``fresh_batches`` starts a new pass of the input pipeline; None when there is none (synthetic data).
+        """
+        n = self.args.benchy_steps
+        if n <= 0 or self.last_batch is None:
+            return
+        if fresh_batches is not None:
+            self._time_loader(fresh_batches(), n)
+        cached = self.last_batch
+        step_fn(0, cached)
+        self._sync()
+        started = time.perf_counter()
+        for step in range(n):
+            step_fn(step, cached)
+        self._sync()
+        rate = n * self.global_batch / (time.perf_counter() - started)
+        self.recorder.write("phase", phase="synthetic", steps=n, samples_per_second=rate)
+
+    def _time_loader(self, batches: Iterator[Any], n: int) -> None:
+        for _ in range(2):
+            next(batches)
+        self._sync()
+        started = time.perf_counter()
+        for _ in range(n):
+            next(batches)
+        self._sync()
+        io_rate = torch.tensor([n * self.args.batch_size / (time.perf_counter() - started)], dtype=torch.float64,
+                               device=self.env.device)
+        dist.all_reduce(io_rate)
+        self.recorder.write("phase", phase="io", steps=n, samples_per_second=float(io_rate.item()))
+
+    def _sync(self) -> None:
+        if self.env.cuda:
+            torch.cuda.synchronize(self.env.device)
+        barrier = torch.zeros(1, device=self.env.device)
+        dist.all_reduce(barrier)
+
+    def close(self, steps_run: int, wall_s: float) -> None:
+        peak, kind = peak_memory_bytes(self.env.device)
+        peak_all = torch.tensor([peak], dtype=torch.float64, device=self.env.device)
+        dist.all_reduce(peak_all, op=dist.ReduceOp.MAX)
+        self.recorder.close(
+            peak_memory_bytes=int(peak_all.item()), peak_memory_kind=kind, wall_s=wall_s, steps_run=steps_run,
+            stopped_early=steps_run < self.args.steps, median_step_ci_halfwidth=self.adaptive.halfwidth,
+        )
