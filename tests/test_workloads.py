@@ -123,10 +123,10 @@ def test_dali_cpu_pipeline_crops_rotates_and_flips_input_and_target_alike(unet3d
 def test_dali_cpu_image_pipeline_gives_normalized_random_crops(unet3d):
     import dali_loaders
 
-    mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
+    mean, std = (127.5,) * 3, (73.9,) * 3  # uniform random bytes: normalized to mean 0, std 1
     (images, labels), (more, _) = dali_loaders.image_batches(
         batch_size=4, image_size=32, source_side=40, threads=1, seed=0, device_id=None, batches=2, mean=mean, std=std)
     assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32
     assert labels.shape == (4,) and labels.dtype == torch.int64 and ((0 <= labels) & (labels < 1000)).all()
-    assert abs(float(images.mean())) < 0.2 and 0.8 < float(images.std()) < 1.3
+    assert abs(float(images.mean())) < 0.2 and 0.4 < float(images.std()) < 1.2  # resizing smooths a little
     assert not torch.equal(images, more)

@@ -1,6 +1,7 @@
 """The configuration axes the workload matrices share, and the rules for combinations that cannot run."""
 
 import dataclasses
+import shutil
 
 from perfgate.matrix import DDP_AXIS, Axis, gpu_only, needs_module
 
@@ -20,7 +21,15 @@ BATCH = Axis(
 )
 """Local batch size as a multiple of the flavour's own (CPU and GPU batches differ)."""
 
+def compile_needs_a_compiler(point, kind):
+    """torch.compile's CPU backend (inductor) builds C++ kernels."""
+    if kind == "cpu" and point.get("compile") and not (shutil.which("c++") or shutil.which("g++")):
+        return "torch.compile on CPU needs a C++ compiler (c++/g++), and none is on PATH"
+    return None
+
+
 RULES = (
+    compile_needs_a_compiler,
     gpu_only("precision", ("tf32", "amp"), "TF32 and fp16 autocast + GradScaler are GPU modes; "
              "the CPU flavour runs fp32 and amp_bf16"),
     gpu_only("cuda_graphs", (True,), "CUDA graphs need a GPU"),

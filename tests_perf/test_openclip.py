@@ -3,7 +3,10 @@
 CPU flavour: the tiny `perfgate-ViT-tiny` config, 2 gloo ranks, local batch 32, 40 steps (10 for
 bf16 autocast, which is ~7x slower on CPUs without native bf16).
 GPU flavour: ViT-B-32 (or ViT-L-14) at local batch 256 (128), one nccl rank per GPU, 120 steps.
+The DDP-knob case (bucket100-nosync) runs with --full-matrix, to keep the default CPU job short.
 """
+
+import pytest
 
 from perfgate.cases import Case, Flavour, parametrize
 
@@ -27,7 +30,8 @@ CASES = [
     Case("openclip", "amp", ENTRY, gpu=gpu(precision="amp")),
     Case("openclip", "bucket100-nosync", ENTRY,
          cpu=cpu(precision="fp32", **{"bucket-cap-mb": 100, "sync-buffers": False}),
-         gpu=gpu(precision="amp_bf16", **{"bucket-cap-mb": 100, "sync-buffers": False})),
+         gpu=gpu(precision="amp_bf16", **{"bucket-cap-mb": 100, "sync-buffers": False}),
+         marks=(pytest.mark.full_matrix,)),
     Case("openclip", "workers0", ENTRY, cpu=cpu(precision="fp32", workers=0)),
     Case("openclip", "vit-l-14-amp_bf16-gc", ENTRY,
          gpu=gpu({**VIT_B, "model": "ViT-L-14", "batch-size": 128}, precision="amp_bf16", **{"grad-checkpointing": True})),

@@ -56,7 +56,7 @@ def image_batches(*, batch_size: int, image_size: int, source_side: int, threads
 
 @pipeline_def(enable_conditionals=True)
 def _volume_pipeline(input_path: str, target_path: str, side: int, crop: int, gpu: bool):
-    start = fn.random.uniform(values=[float(v) for v in range(side - crop + 1)], shape=[3])
+    start = fn.random.uniform(values=list(range(side - crop + 1)), shape=[3], dtype=types.INT32)
     window = {"roi_start": start, "roi_shape": [crop] * 3, "roi_axes": [1, 2, 3]}
     inp = fn.readers.numpy(files=[input_path], **window)
     tar = fn.readers.numpy(files=[target_path], **window)
