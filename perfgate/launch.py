@@ -52,8 +52,13 @@ class LaunchResult:
     agent_logs: tuple[Path, ...]
 
 
+OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|\bMemoryError\b|Cannot allocate memory")
+USAGE_ERROR = re.compile(r"^[\w.-]+: error: ", re.M)
+"""argparse's last line when a workload rejects its arguments: ``unet3d_train.py: error: ...``."""
+
+
 class LaunchFailed(Exception):
-    """A launch that did not finish cleanly; ``kind`` is crashed, timeout or setup-error."""
+    """A launch that did not finish cleanly; ``kind`` is crashed, out-of-memory, timeout or setup-error."""
 
     def __init__(self, kind: str, message: str, log_path: Path | None = None) -> None:
         super().__init__(message)
@@ -220,6 +225,15 @@ def rank_log(workdir: Path, node: int, local_rank: int) -> Path | None:
     return matches[-1] if matches else None
 
 
+def failure_kind(rank_log_tail: str) -> str:
+    """What a failed rank's own last lines say: out of memory, a rejected setting, or another crash."""
+    if OUT_OF_MEMORY.search(rank_log_tail):
+        return "out-of-memory"
+    if USAGE_ERROR.search(rank_log_tail):
+        return "setup-error"
+    return "crashed"
+
+
 def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path]) -> LaunchFailed:
     """Names the first rank that failed, how, and the tail of its own log; else the agent's log."""
     for node, log in enumerate(logs):
@@ -229,10 +243,11 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
             continue
         rank, local_rank, code = int(match["rank"]), int(match["local"]), int(match["code"])
         path = rank_log(spec.workdir, node, local_rank) or log
+        last_lines = tail(path)
         return LaunchFailed(
-            "crashed",
+            failure_kind(last_lines),
             f"rank {rank} (node {node}, local rank {local_rank}) failed: {exit_description(code)}.\n"
-            f"Last lines of {path}:\n{tail(path)}",
+            f"Last lines of {path}:\n{last_lines}",
             path,
         )
     node = next(i for i, code in enumerate(codes) if code != 0)

@@ -41,6 +41,10 @@ class MetricsError(ValueError):
     """Records that cannot give a measurement (too few steps, non-finite loss...)."""
 
 
+class DivergedError(MetricsError):
+    """The loss went NaN or infinite: the run trained nothing, so its timing is no measurement."""
+
+
 @dataclass(frozen=True)
 class RunMetrics:
     samples_per_second: float
@@ -86,7 +90,7 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
     losses = [s.loss for s in steps if s.loss is not None]
     if any(not math.isfinite(loss) for loss in losses):
         bad = next(s.step for s in steps if s.loss is not None and not math.isfinite(s.loss))
-        raise MetricsError(f"loss is not finite from step {bad}: the run diverged, its timing is not a measurement")
+        raise DivergedError(f"loss is not finite from step {bad}: the run diverged, its timing is not a measurement")
     window = steps[warmup:]
     window_s = sum(s.step_s for s in window)
     if window_s <= 0:

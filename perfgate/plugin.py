@@ -282,13 +282,17 @@ class PerfGate:
         except LaunchFailed as failure:
             result["verdict"] = failure.kind
             self._fail(result, f"{plan.run.key}: {failure.kind} in run {index + 1}: {failure.message}\n"
-                               f"logs kept in {run_dir}")
+                               f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}")
         finally:
             self._end_progress()
         measurement.command = self._portable(shlex.join(launched.commands[0]), run_dir)
         try:
             records = plan.run.case.records.read(run_dir)
             measured = metrics.compute(records, plan.warmup, plan.world_size).as_dict()
+        except metrics.DivergedError as exc:
+            result["verdict"] = "diverged"
+            self._fail(result, f"{plan.run.key}: diverged in run {index + 1}: {exc}\n"
+                               f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}")
         except (RecordsError, metrics.MetricsError, ValueError) as exc:
             self._fail(result, f"{plan.run.key}: run {index + 1} finished but gave no measurement: {exc}\n"
                                f"logs kept in {run_dir}")

@@ -51,9 +51,6 @@ class Progress:
             self._last_written = now
 
 
-VERDICT_ORDER = ("FAIL", "crashed", "timeout", "setup-error", "error", "no-baseline", "stale", "updated", "pass")
-
-
 def summary_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for result in results:

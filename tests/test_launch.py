@@ -104,3 +104,15 @@ def test_leftover_detector_sees_a_stray_tagged_process(tmp_path):
     finally:
         stray.kill()
         stray.wait()
+
+
+@pytest.mark.parametrize("last_lines, kind", [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out-of-memory"),
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] Cannot allocate memory", "out-of-memory"),
+    ("usage: unet3d_train.py [-h]\nunet3d_train.py: error: --base-channels must be >= 1, got 0", "setup-error"),
+    ("ValueError: something else broke", "crashed"),
+])
+def test_a_failed_ranks_last_lines_classify_the_failure(last_lines, kind):
+    from perfgate.launch import failure_kind
+
+    assert failure_kind(last_lines) == kind

@@ -140,9 +140,9 @@ def test_invalid_workload_setting_fails_with_the_workloads_message(suite):
     result = run(suite, "-k", "bad-model")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*openclip-bad-model-cpu: crashed in run 1: rank * failed: exit code 2*",
+        "*openclip-bad-model-cpu: setup-error in run 1: rank * failed: exit code 2*",
         "*--model 'ViT-Nope' is not an open_clip config*",
-        "*openclip-bad-model-cpu*crashed*",
+        "*openclip-bad-model-cpu*setup-error*",
     ])
 
 

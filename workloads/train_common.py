@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import os
 import resource
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,8 @@ PRECISIONS = ("fp32", "tf32", "amp", "amp_bf16")
 """fp32: full fp32 math (TF32 off); tf32: fp32 with TF32 tensor cores; amp: fp16 autocast + GradScaler;
 amp_bf16: bf16 autocast."""
 OPTIMIZERS = ("default", "fused", "apex")
-"""default: torch's multi-tensor (foreach) optimizer; fused: torch's fused kernel; apex: apex.optimizers."""
+"""default: what torch picks (multi-tensor foreach on GPU, a per-parameter loop on CPU), as upstream training
+scripts get it; fused: torch's fused kernel; apex: apex.optimizers."""
 LOADERS = ("torch", "dali", "synthetic")
 """torch: DataLoader with --workers processes; dali: a DALI pipeline with --workers threads;
 synthetic: one random batch on the device, reused (no input pipeline at all)."""
@@ -74,6 +76,12 @@ def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: 
     parser.add_argument(
         "--inject-slowdown", type=float, default=0.0, metavar="FRACTION",
         help="stretch every step by this fraction of its duration (to test a perf gate); default 0",
+    )
+    parser.add_argument(
+        "--inject-fault", type=Fault.parse, metavar="KIND@RANK:STEP",
+        help="make the run fail on purpose (to test the harness): crash@R:S exits rank R at step S, hang@R:S "
+        "stops rank R there (its peers wait in the next collective), oom@R:S raises an out-of-memory error, "
+        "nan@R:S feeds rank R NaN inputs from step S on (the loss diverges)",
     )
 
 
@@ -175,7 +183,7 @@ def make_optimizer(kind: str, family: str, params: Iterable[Any], **hyper: Any) 
             return apex_optimizers.FusedSGD(params, **hyper)
         return apex_optimizers.FusedAdam(params, adam_w_mode=family == "adamw", **hyper)
     cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[family]
-    return cls(params, fused=True, **hyper) if kind == "fused" else cls(params, foreach=True, **hyper)
+    return cls(params, fused=True, **hyper) if kind == "fused" else cls(params, **hyper)
 
 
 def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
@@ -209,6 +217,49 @@ class AdaptiveStop:
             flag[0] = float(self.halfwidth is not None and self.halfwidth <= self.target)
         dist.broadcast(flag, src=0, group=self.group)
         return bool(flag.item())
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A deliberate failure (``--inject-fault``), for the harness's own fault-injection tests."""
+
+    kind: str
+    rank: int
+    step: int
+
+    KINDS = ("crash", "hang", "oom", "nan")
+
+    @classmethod
+    def parse(cls, text: str) -> "Fault":
+        kind, _, where = text.partition("@")
+        rank, _, step = where.partition(":")
+        if kind not in cls.KINDS or not rank.isdigit() or not step.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"expected KIND@RANK:STEP with KIND one of {', '.join(cls.KINDS)}, e.g. crash@1:3; got {text!r}")
+        return cls(kind, int(rank), int(step))
+
+    def strike(self, rank: int, step: int, batch: Any) -> Any:
+        """Fails here if this is the rank and step; returns the batch (poisoned with NaN for ``nan``)."""
+        if rank != self.rank or step < self.step:
+            return batch
+        if self.kind == "nan":
+            return poisoned(batch)
+        if step > self.step:
+            return batch
+        message = f"perfgate injected fault: {self.kind} on rank {rank} at step {step}"
+        print(message, file=sys.stderr, flush=True)
+        if self.kind == "crash":
+            raise SystemExit(13)
+        if self.kind == "oom":
+            raise torch.OutOfMemoryError(f"{message} (as if the device ran out of memory)")
+        while True:
+            time.sleep(3600)
+
+
+def poisoned(batch: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch * float("nan") if batch.is_floating_point() else batch
+    return type(batch)(poisoned(item) for item in batch)
 
 
 StepFn = Callable[[int, Any], dict[str, torch.Tensor]]
@@ -257,6 +308,8 @@ class Trainer:
             except StopIteration:
                 break
             data_s = recorder.data_ready()
+            if self.args.inject_fault is not None:
+                batch = self.args.inject_fault.strike(self.env.rank, step, batch)
             scalars = step_fn(step, batch)
             injector.pause()
             recorder.end_step(step, samples=self.global_batch, data_s=data_s, lr=self.lr(), scalars=scalars)
