@@ -21,7 +21,6 @@ import argparse
 import logging
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -167,13 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         images, texts = batch
         optimizer.zero_grad(set_to_none=True)
         loss = clip_loss(ddp_model, images, texts)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
+        common.backward_and_step(loss, optimizer, scaler)
         with torch.no_grad():
             model.logit_scale.clamp_(0, math.log(100))
         return {"loss": loss, "logit_scale": model.logit_scale.exp()}
@@ -193,12 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             args.model, args.precision, env.world_size, args.batch_size, args.steps, device.type,
         )
 
-    ddp_model.train()
-    wall_start = time.perf_counter()
-    steps_run = trainer.fit(map(to_device, iter(loader)), train_step)
-    wall_s = time.perf_counter() - wall_start
-    trainer.benchy(lambda: map(to_device, iter(loader)), train_step)
-    trainer.close(steps_run, wall_s)
+    trainer.run(ddp_model, lambda: map(to_device, iter(loader)), train_step)
     dist.destroy_process_group()
     return 0
 

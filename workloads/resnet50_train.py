@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -163,21 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         images, labels = batch
         optimizer.zero_grad(set_to_none=True)
         loss = loss_of(ddp_model, images, labels)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
+        common.backward_and_step(loss, optimizer, scaler)
         return {"loss": loss}
 
-    ddp_model.train()
-    wall_start = time.perf_counter()
-    steps_run = trainer.fit(passes(), train_step)
-    wall_s = time.perf_counter() - wall_start
-    trainer.benchy(passes if args.loader != "synthetic" else None, train_step)
-    trainer.close(steps_run, wall_s)
+    trainer.run(ddp_model, passes, train_step, input_pipeline=args.loader != "synthetic")
     dist.destroy_process_group()
     return 0
 

@@ -186,6 +186,18 @@ def make_optimizer(kind: str, family: str, params: Iterable[Any], **hyper: Any) 
     return cls(params, fused=True, **hyper) if kind == "fused" else cls(params, **hyper)
 
 
+def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                      scaler: torch.amp.GradScaler | None) -> None:
+    """``loss.backward()`` and ``optimizer.step()``, through the GradScaler when fp16 AMP has one."""
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+        return
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
 def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device), "cuda max_memory_allocated"
@@ -295,6 +307,19 @@ class Trainer:
         model.zero_grad(set_to_none=True)
         self.recorder.write("flops", flops_per_sample=per_sample, counted_on_samples=samples)
         return per_sample
+
+    def run(self, model: torch.nn.Module, passes: Callable[[], Iterator[Any]], step_fn: StepFn,
+            input_pipeline: bool = True) -> None:
+        """The whole run: the measured FULL window, then the benchy phases, then the end record.
+
+        ``passes`` starts a fresh pass over the data; ``input_pipeline`` is False for synthetic data.
+        """
+        model.train()
+        wall_start = time.perf_counter()
+        steps_run = self.fit(passes(), step_fn)
+        wall_s = time.perf_counter() - wall_start
+        self.benchy(passes if input_pipeline else None, step_fn)
+        self.close(steps_run, wall_s)
 
     def fit(self, batches: Iterator[Any], step_fn: StepFn) -> int:
         """The measured FULL run: up to ``--steps`` steps; returns how many ran."""
