@@ -19,7 +19,8 @@ Cases that differ only in DDP size form a scaling family, reported as speedup an
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import importlib.util
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import pytest
@@ -73,7 +74,7 @@ class Matrix:
     normalize: Callable[[dict[str, Any]], dict[str, Any]] = lambda point: point
     """Makes a point consistent before it is named (e.g. no loader workers without a loader)."""
     version: str = "1"
-    marks: tuple[Any, ...] = field(default=())
+    marks: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         names = [axis.name for axis in self.axes]
@@ -127,7 +128,6 @@ class Matrix:
 
 def needs_module(module: str, axis: str, value: Any, why: str) -> Rule:
     """A rule: points with ``axis == value`` skip where ``module`` cannot be imported."""
-    import importlib.util
 
     def rule(point: Point, kind: str) -> str | None:
         if point.get(axis) != value:
