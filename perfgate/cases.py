@@ -25,6 +25,14 @@ from perfgate import openclip_log
 from perfgate.records import RecordsTail, RunRecords, StepRecord, read_records, step_from_dict
 
 DEFAULT_CPU_RANKS = 2
+DEFAULT_GATED = {
+    "gpu": ("samples_per_second", "total_time_secs"),
+    "cpu": ("steady_samples_per_second",),
+}
+"""What a case gates unless it says otherwise. A dedicated GPU's steps are steady, so its mean throughput is
+the truth. Shared CPU runners interfere in bursts of seconds that only ever add time: their mean throughput
+moves +-10 % from run to run, while the throughput of the fastest half of the steps moves +-3 % and still
+moves with any change that slows every step (a burst-only regression is left to the GPU flavour)."""
 
 
 class RecordSource(Protocol):
@@ -117,7 +125,8 @@ class Case:
     """A script path relative to the rootdir, or ``("-m", "package.module")``."""
     cpu: Flavour | None = None
     gpu: Flavour | None = None
-    gated: tuple[str, ...] = ("samples_per_second", "total_time_secs")
+    gated: tuple[str, ...] | None = None
+    """Metrics judged against the baseline; None: DEFAULT_GATED for each flavour."""
     records: RecordSource = field(default_factory=JsonRecords)
     steps_args: Callable[[int, int, int | None], Mapping[str, Any]] = default_steps_args
     """Maps (steps, world size, local batch) to the workload arguments that set its length."""
@@ -142,6 +151,10 @@ class CaseRun:
         flavour = self.case.cpu if self.kind == "cpu" else self.case.gpu
         assert flavour is not None
         return flavour
+
+    @property
+    def gated(self) -> tuple[str, ...]:
+        return self.case.gated or DEFAULT_GATED[self.kind]
 
     @property
     def id(self) -> str:

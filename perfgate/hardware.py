@@ -128,3 +128,10 @@ def provenance(hardware: Hardware, *, root: Path, command: str, hardware_class_n
         },
         "command": command,
     }
+
+
+def gpus_for_worker(ids: list[str], worker: int, workers: int) -> list[str]:
+    """The GPUs pytest-xdist worker ``worker`` of ``workers`` may use: disjoint contiguous shares, so
+    parallel cases never share a GPU (and each share stays on neighbouring devices)."""
+    share = len(ids) // workers
+    return ids[worker * share:(worker + 1) * share]

@@ -53,6 +53,8 @@ class LaunchResult:
 
 
 OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|\bMemoryError\b|Cannot allocate memory")
+RENDEZVOUS_ERROR = re.compile(r"Rendezvous\w*(Error|Timeout)|EADDRINUSE|[Aa]ddress already in use")
+"""An agent that could not host or join the c10d rendezvous (port taken, peers never came)."""
 USAGE_ERROR = re.compile(r"^[\w.-]+: error: ", re.M)
 """argparse's last line when a workload rejects its arguments: ``unet3d_train.py: error: ...``."""
 
@@ -117,7 +119,7 @@ def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> 
                 )
             commands.append(tuple(command))
             logs.append(log_path)
-        _wait(agents, spec.timeout_s, start, on_poll, logs)
+        _wait(agents, spec, start, on_poll, logs)
     finally:
         kill_run(agents, run_id)
     codes = [agent.returncode for agent in agents]
@@ -126,7 +128,7 @@ def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> 
     return LaunchResult(time.monotonic() - start, tuple(commands), tuple(logs))
 
 
-def _wait(agents, timeout_s, start, on_poll, logs) -> None:
+def _wait(agents, spec: LaunchSpec, start, on_poll, logs) -> None:
     first_failure = None
     while True:
         codes = [agent.poll() for agent in agents]
@@ -137,16 +139,29 @@ def _wait(agents, timeout_s, start, on_poll, logs) -> None:
             first_failure = now
         if first_failure is not None and now - first_failure > PEER_GRACE_S:
             return
-        if now - start > timeout_s:
-            raise LaunchFailed(
-                "timeout",
-                f"no exit after the {timeout_s:g} s timeout (hung or too slow); killed every process of the run. "
-                f"Raise --perf-timeout if the case is just slow. Agent log: {logs[0]}",
-                logs[0],
-            )
+        if now - start > spec.timeout_s:
+            raise _timed_out(spec, logs)
         if on_poll is not None:
             on_poll(now - start)
         time.sleep(POLL_S)
+
+
+def _timed_out(spec: LaunchSpec, logs: Sequence[Path]) -> LaunchFailed:
+    """A hang in training is a timeout; a hang before any rank started is a rendezvous that never completed."""
+    if not any(list((spec.workdir / f"node{node}").glob("*/attempt_*")) for node in range(spec.nodes)):
+        return LaunchFailed(
+            "setup-error",
+            f"the c10d rendezvous did not complete within {spec.timeout_s:g} s, so no rank started: its port is "
+            f"taken by another program, or a node never joined (--nodes {spec.nodes}); killed every process of the "
+            f"run. Agent log: {logs[0]}",
+            logs[0],
+        )
+    return LaunchFailed(
+        "timeout",
+        f"no exit after the {spec.timeout_s:g} s timeout (hung or too slow); killed every process of the run. "
+        f"Raise --perf-timeout if the case is just slow. Agent log: {logs[0]}",
+        logs[0],
+    )
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:
@@ -251,9 +266,12 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
             path,
         )
     node = next(i for i, code in enumerate(codes) if code != 0)
+    last_lines = tail(logs[node])
+    cause = ("the c10d rendezvous failed (its port taken, or a node never joined)"
+             if RENDEZVOUS_ERROR.search(last_lines) else "failed")
     return LaunchFailed(
         "setup-error",
-        f"torchrun agent {node} failed before any rank did ({exit_description(codes[node])}); "
-        f"last lines of {logs[node]}:\n{tail(logs[node])}",
+        f"torchrun agent {node} {cause} before any rank ran ({exit_description(codes[node])}); "
+        f"last lines of {logs[node]}:\n{last_lines}",
         logs[node],
     )

@@ -23,6 +23,9 @@ class MetricInfo:
 
 METRICS: dict[str, MetricInfo] = {
     "samples_per_second": MetricInfo("samples/s", "higher", "global throughput over the measured window"),
+    "steady_samples_per_second": MetricInfo(
+        "samples/s", "higher", "throughput of the window's fastest half of steps: interference from other tenants "
+        "only ever adds time, so this tracks the code's own speed on a shared machine"),
     "samples_per_second_per_rank": MetricInfo("samples/s", "higher", "throughput per rank (per GPU)"),
     "total_time_secs": MetricInfo("s", "lower", "MMoCLIP total time: every step's time except the first"),
     "step_time_median_s": MetricInfo("s", "lower", "median step time in the measured window"),
@@ -32,6 +35,8 @@ METRICS: dict[str, MetricInfo] = {
     "flops_per_sample": MetricInfo("FLOP", "lower", "training FLOPs per sample (forward + backward)"),
     "tflops": MetricInfo("TFLOP/s", "higher", "achieved model TFLOP/s over all ranks"),
     "mfu": MetricInfo("fraction", "higher", "model FLOPs utilization against the GPUs' dense datasheet peak"),
+    "probe_matmul_gflops": MetricInfo("GFLOP/s", "higher", "machine-speed probe: matmul rate of the slowest rank"),
+    "probe_copy_gbps": MetricInfo("GB/s", "higher", "machine-speed probe: memory copy rate of the slowest rank"),
     "io_samples_per_second": MetricInfo("samples/s", "higher", "benchy IO: the input pipeline alone"),
     "synthetic_samples_per_second": MetricInfo("samples/s", "higher", "benchy SYNTHETIC: the step on a cached batch"),
 }
@@ -60,6 +65,9 @@ class RunMetrics:
     flops_per_sample: float | None = None
     tflops: float | None = None
     mfu: float | None = None
+    steady_samples_per_second: float | None = None
+    probe_matmul_gflops: float | None = None
+    probe_copy_gbps: float | None = None
     io_samples_per_second: float | None = None
     synthetic_samples_per_second: float | None = None
 
@@ -76,6 +84,14 @@ def percentile(values: list[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def slowest_rank(probe: dict | None, kernel: str) -> float | None:
+    """The slowest rank's probe reading (mean of before and after the window): DDP steps go at its pace."""
+    if not probe:
+        return None
+    before, after = probe["before"][kernel], probe["after"][kernel]
+    return min((b + a) / 2 for b, a in zip(before, after))
 
 
 def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> RunMetrics:
@@ -98,6 +114,7 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
     world = world_size or int(records.start.get("world_size", 1))
     throughput = sum(s.samples for s in window) / window_s
     times = [s.step_s for s in window]
+    fastest_half = sorted(times)[:max(1, len(times) // 2)]
     end = records.end or {}
     per_sample = (records.flops or {}).get("flops_per_sample")
     gpus = world if records.start.get("device") == "cuda" else 0
@@ -116,6 +133,9 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         tflops=per_sample * throughput / 1e12 if per_sample else None,
         mfu=flops.mfu(per_sample, throughput, str(records.start.get("device_name", "")),
                       str(records.start.get("precision", "")), gpus) if per_sample else None,
+        steady_samples_per_second=sum(s.samples for s in window) / len(window) / statistics.mean(fastest_half),
+        probe_matmul_gflops=slowest_rank(records.probe, "matmul_gflops"),
+        probe_copy_gbps=slowest_rank(records.probe, "copy_gbps"),
         io_samples_per_second=records.phases.get("io", {}).get("samples_per_second"),
         synthetic_samples_per_second=records.phases.get("synthetic", {}).get("samples_per_second"),
     )

@@ -12,7 +12,9 @@ import dataclasses
 import json
 import os
 import shlex
+import signal
 import sys
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,12 +128,27 @@ def pytest_configure(config: pytest.Config) -> None:
     state = SessionState(resolve(config), Path(config.rootpath))
     config.stash[STATE] = state
     config.pluginmanager.register(state, "perfgate-session")
+    _stop_cleanly_on_sigterm()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is not None and config.pluginmanager.is_registered(state):
         config.pluginmanager.unregister(state)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("perfgate: SIGTERM received; the running case's processes were killed")
+
+
+def _stop_cleanly_on_sigterm() -> None:
+    """CI cancels a job with SIGTERM: end like Ctrl-C, so the running launch kills its ranks (they live in
+    their own sessions and would outlive pytest) and no baseline is left half-measured. A handler someone
+    else installed is kept."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm)
 
 
 @dataclass(frozen=True)
@@ -328,7 +345,7 @@ class PerfGate:
         if "FAIL" in outcomes:
             result["verdict"] = "FAIL"
             self._fail(result, f"{run.key}: performance regression on {plan.hardware_class}{planted}\n"
-                               f"{details}\n{context}")
+                               f"{details}\n{machine_speed(baseline, measurement)}{context}")
         if "stale" in outcomes:
             result["verdict"] = "stale"
             message = (f"{run.key}: stale baseline on {plan.hardware_class}{planted}: significantly faster than "
@@ -342,9 +359,17 @@ class PerfGate:
 
     def _ranks_per_node(self, run: CaseRun, hw: hardware.Hardware, nodes: int) -> tuple[int, list[str] | None]:
         if run.kind == "cpu":
-            return run.flavour.ranks_per_node or DEFAULT_CPU_RANKS, None
+            per_node = run.flavour.ranks_per_node or DEFAULT_CPU_RANKS
+            self._check_cpu_ranks(run, per_node, nodes)
+            return per_node, None
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         ids = [d for d in visible.split(",") if d] if visible else [str(i) for i in range(hw.gpu_count)]
+        worker, workers = xdist_worker()
+        if workers > 1:
+            ids = hardware.gpus_for_worker(ids, worker, workers)
+            if not ids:
+                pytest.skip(f"{run.key}: {workers} pytest-xdist workers share {hw.gpu_count} GPU(s) and worker "
+                            f"{worker} got none (cases never share a GPU); run fewer workers (-n)")
         per_node = self.settings.gpus_per_node or run.flavour.ranks_per_node or len(ids) // nodes
         if (run.flavour.ranks_per_node and self.settings.gpus_per_node is None
                 and run.flavour.ranks_per_node * nodes > len(ids)):
@@ -357,6 +382,18 @@ class PerfGate:
                 pytrace=False,
             )
         return per_node, [",".join(ids[i * per_node:(i + 1) * per_node]) for i in range(nodes)]
+
+    @staticmethod
+    def _check_cpu_ranks(run: CaseRun, per_node: int, nodes: int) -> None:
+        """Ranks beyond this host's cores time-share them: their timing would measure the scheduler."""
+        cores = len(os.sched_getaffinity(0))
+        if per_node * nodes <= cores:
+            return
+        if nodes == 1:
+            pytest.skip(f"{run.key}: {per_node} CPU ranks need {per_node} cores, this host has {cores}")
+        pytest.fail(f"{run.key}: --nodes {nodes} x {per_node} CPU ranks per node needs {nodes * per_node} cores for "
+                    f"the local launcher, but {cores} are available; lower --nodes (at most {cores // per_node})",
+                    pytrace=False)
 
     def _refuse_foreign_overwrite(self, plan: Plan, old: baselines.Baseline | None, result: dict[str, Any]) -> None:
         """--update-baselines must not silently replace numbers from other hardware or another workload."""
@@ -378,7 +415,7 @@ class PerfGate:
                 measurement: Measurement) -> dict[str, Any]:
         run, flavour = plan.run, plan.run.flavour
         new_metrics = {}
-        for name in run.case.gated:
+        for name in run.gated:
             runs = tuple(float(f"{v:.6g}") for v in measurement.values(name))
             tolerance = flavour.tolerance
             if tolerance is None:
@@ -416,7 +453,7 @@ class PerfGate:
         result["verdict"] = "no-baseline"
         result["metrics"] = [
             {"metric": name, "unit": METRICS[name].unit, "measured": measured[name], "verdict": "no-baseline"}
-            for name in plan.run.case.gated
+            for name in plan.run.gated
         ]
         message = (
             f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({plan.baseline_file} does not "
@@ -481,6 +518,31 @@ class PerfGate:
             else:
                 terminal.ensure_newline()
                 terminal.write_line(line)
+
+
+def machine_speed(baseline: baselines.Baseline, measurement: Measurement) -> str:
+    """A line comparing the machine-speed probe now with the probe when the baseline was measured.
+
+    The probe's kernels do not change with the workload: if it dropped as much as the workload did, the
+    machine (other tenants, clocks) is the likelier suspect than the code. Empty without probe readings.
+    """
+    then = baseline.provenance.get("measured", {})
+    now = measurement.medians()
+    lines = []
+    for name in ("probe_matmul_gflops", "probe_copy_gbps"):
+        if then.get(name) and now.get(name):
+            change = now[name] / then[name] - 1
+            lines.append(f"{name} {now[name]:.4g} vs {then[name]:.4g} ({change:+.1%})")
+    if not lines:
+        return ""
+    return ("machine-speed probe now vs when the baseline was measured: " + ", ".join(lines)
+            + " (a drop as large as the workload's points at the machine, not the code)\n")
+
+
+def xdist_worker() -> tuple[int, int]:
+    """(this worker's index, how many workers) under pytest-xdist; (0, 1) without it."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name.removeprefix("gw") or 0), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 
 @pytest.fixture

@@ -2,8 +2,9 @@
 
 A workload's rank 0 appends one JSON object per line to a records file: a ``start`` record
 (run facts), one ``step`` record per optimizer step, and an ``end`` record (peak memory); optionally
-a ``flops`` record (training FLOPs per sample) and ``phase`` records (benchy's IO and SYNTHETIC
-throughputs, measured after the steps).
+a ``flops`` record (training FLOPs per sample), a ``probe`` record (the machine's speed right before
+and after the measured window, see workloads/machine_probe.py) and ``phase`` records (benchy's IO and
+SYNTHETIC throughputs, measured after the steps).
 Records are written as soon as a step's timing is known, so the plugin can show progress by
 tailing the file while the run is still going.
 
@@ -39,11 +40,13 @@ class RunRecords:
     steps: tuple[StepRecord, ...] = ()
     end: dict[str, Any] | None = None
     flops: dict[str, Any] | None = None
+    probe: dict[str, Any] | None = None
+    """Machine-speed probe readings around the window (``matmul_gflops``, ``copy_gbps``)."""
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Benchy phases by name (``io``, ``synthetic``): their steps and samples/s."""
 
 
-KINDS = {"start", "step", "end", "flops", "phase"}
+KINDS = {"start", "step", "end", "flops", "probe", "phase"}
 
 
 class RecordsError(ValueError):
@@ -94,7 +97,7 @@ def collect(objects: Iterator[dict[str, Any]], source: str = "records") -> RunRe
         else:
             facts[kind] = body
     return RunRecords(start=facts.get("start", {}), steps=tuple(steps), end=facts.get("end"),
-                      flops=facts.get("flops"), phases=phases)
+                      flops=facts.get("flops"), probe=facts.get("probe"), phases=phases)
 
 
 def read_records(path: Path) -> RunRecords:

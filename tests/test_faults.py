@@ -1,7 +1,17 @@
 """Fault injection: each deliberate failure ends as its own class in the verdict, fast, with no process
-left behind and no baseline touched (a small 3D U-Net case on 2 gloo ranks, synthetic data)."""
+left behind and no baseline touched (a small 3D U-Net case on 2 gloo ranks, synthetic data).
+
+Scenarios: crash, SIGKILL, hang, OOM, NaN loss, bad option, missing apex, corrupt baseline, baseline of
+another workload version, nothing left to measure, a crash under --update-baselines, Ctrl-C, SIGTERM,
+--nodes larger than the host (and, in test_launch.py, a rendezvous that cannot start).
+"""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -12,48 +22,80 @@ SUITE = f"""
 from perfgate.cases import Case, Flavour, parametrize
 
 SMALL = {{"device": "cpu", "base-channels": 2, "batch-size": 1, "loader": "synthetic", "workers": 0}}
-FAULTS = {{"crash": "crash@1:2", "hang": "hang@1:2", "oom": "oom@0:2", "nan": "nan@0:2", "none": None}}
+FAULTS = {{"crash": "crash@1:2", "kill": "kill@1:2", "hang": "hang@1:2", "oom": "oom@0:2", "nan": "nan@0:2",
+           "none": None, "corrupt": None, "old-version": None}}
 CASES = [Case("unet3d", name, ({str(WORKLOAD)!r},),
               cpu=Flavour({{**SMALL, "inject-fault": fault}}, steps=6, warmup=1, tolerance=0.5, timeout_s=45))
          for name, fault in FAULTS.items()]
-CASES.append(Case("unet3d", "bad-option", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "base-channels": 0}})))
+CASES += [
+    Case("unet3d", "bad-option", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "base-channels": 0}})),
+    Case("unet3d", "apex", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "optimizer": "apex"}})),
+    Case("unet3d", "all-warmup", ({str(WORKLOAD)!r},), cpu=Flavour(SMALL, steps=2, warmup=2)),
+    Case("unet3d", "slow", ({str(WORKLOAD)!r},), cpu=Flavour(SMALL, steps=10000, warmup=1, timeout_s=120)),
+]
 
 @parametrize(CASES)
 def test_fault(perfgate, case):
     perfgate.check(case)
 """
+TRUNCATED = '{"schema": 1, "case": "unet3d-corrupt-cpu", "metrics": {"samples_per_second": {"val'
+OLD_VERSION = {
+    "schema": 1, "case": "unet3d-old-version-cpu", "hardware_class": "faults", "workload_version": "0",
+    "metrics": {"samples_per_second": {"value": 10.0, "better": "higher", "tolerance": 0.5}},
+}
+
+
+def pytest_args(root, *args):
+    return [sys.executable, "-m", "pytest", "test_suite.py", "-p", "no:cacheprovider", "--basetemp",
+            str(root / "tmp"), "--baseline-dir", str(root / "b"), "--hardware-class", "faults",
+            "--perf-repeats", "1", "-rA", *args]
+
+
+def results_of(basetemp):
+    results = {}
+    for path in basetemp.glob("*/result.json"):
+        result = json.loads(path.read_text())
+        results[result["case"]] = result
+    return results
+
+
+def baseline_files(root):
+    return {p.name: p.read_bytes() for p in (root / "b").rglob("*") if p.is_file()}
 
 
 @pytest.fixture(scope="module")
-def outcome(tmp_path_factory):
-    """One pytest session over every scenario; returns its output and each case's result.json."""
-    import subprocess
-    import sys
-
+def suite_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     (root / "test_suite.py").write_text(SUITE)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "test_suite.py", "-p", "no:cacheprovider", "--basetemp", str(root / "tmp"),
-         "--baseline-dir", str(root / "b"), "--hardware-class", "faults", "--perf-repeats", "1", "-rA"],
-        cwd=root, capture_output=True, text=True, timeout=600,
-    )
-    results = {}
-    for path in (root / "tmp").glob("*/result.json"):
-        result = json.loads(path.read_text())
-        results[result["case"]] = result
-    return root, done.stdout + done.stderr, results
+    (root / "b" / "faults").mkdir(parents=True)
+    (root / "b" / "faults" / "unet3d-corrupt-cpu.json").write_text(TRUNCATED)
+    (root / "b" / "faults" / "unet3d-old-version-cpu.json").write_text(json.dumps(OLD_VERSION))
+    return root
+
+
+@pytest.fixture(scope="module")
+def outcome(suite_dir):
+    """One pytest session over the in-run scenarios; returns its output and each case's result.json."""
+    before = baseline_files(suite_dir)
+    done = subprocess.run(pytest_args(suite_dir, "-k", "not slow"), cwd=suite_dir, capture_output=True, text=True,
+                          timeout=600)
+    return done.stdout + done.stderr, results_of(suite_dir / "tmp"), before
 
 
 @pytest.mark.parametrize("case, verdict, says", [
     ("crash", "crashed", ["rank 1 (node 0, local rank 1) failed: exit code 13",
                           "perfgate injected fault: crash on rank 1 at step 2"]),
+    ("kill", "crashed", ["rank 1 (node 0, local rank 1) failed: killed by signal SIGKILL"]),
     ("hang", "timeout", ["no exit after the 45 s timeout", "killed every process of the run"]),
     ("oom", "out-of-memory", ["rank 0", "OutOfMemoryError", "configuration: "]),
     ("nan", "diverged", ["loss is not finite from step 2", "configuration: "]),
     ("bad-option", "setup-error", ["--base-channels must be >= 1, got 0"]),
+    ("apex", "setup-error", ["--optimizer apex: NVIDIA apex is not installed"]),
+    ("corrupt", "error", ["unet3d-corrupt-cpu.json: corrupt baseline, not valid JSON", "file was not changed"]),
+    ("old-version", "error", ["measured with workload version 0, the case is version 1", "--update-baselines"]),
 ])
 def test_each_fault_is_classified_and_explained(outcome, case, verdict, says):
-    root, output, results = outcome
+    output, results, _ = outcome
     result = results[f"unet3d-{case}-cpu"]
     assert result["verdict"] == verdict, result.get("message")
     for text in says:
@@ -61,13 +103,61 @@ def test_each_fault_is_classified_and_explained(outcome, case, verdict, says):
     assert f"unet3d-{case}-cpu" in output and verdict in output
 
 
-def test_no_process_of_any_scenario_survives(outcome):
-    root, _, _ = outcome
-    assert leftover_processes(str(root)) == []
+def test_a_window_of_only_warmup_steps_is_refused_before_launching(outcome):
+    output, results, _ = outcome
+    assert "unet3d-all-warmup-cpu: 2 warm-up steps leave nothing to measure out of 2" in output
+    assert "unet3d-all-warmup-cpu" not in results or not results["unet3d-all-warmup-cpu"].get("runs")
 
 
-def test_a_healthy_case_still_runs_after_the_faults_and_nothing_became_a_baseline(outcome):
-    root, output, results = outcome
+def test_no_process_of_any_scenario_survives(outcome, suite_dir):
+    assert leftover_processes(str(suite_dir)) == []
+
+
+def test_a_healthy_case_still_runs_after_the_faults_and_no_baseline_changed(outcome, suite_dir):
+    output, results, before = outcome
     assert results["unet3d-none-cpu"]["verdict"] == "no-baseline"
-    assert not (root / "b").exists()
-    assert "5 failed" in output and "1 skipped" in output
+    assert baseline_files(suite_dir) == before
+    assert "10 failed" in output and "1 skipped" in output
+
+
+def test_a_failed_case_never_becomes_a_baseline(outcome, suite_dir):
+    done = subprocess.run(pytest_args(suite_dir, "-k", "crash or none", "--update-baselines",
+                                      "--perf-baseline-repeats", "1", "--basetemp", str(suite_dir / "update")),
+                          cwd=suite_dir, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:]
+    written = baseline_files(suite_dir)
+    assert "unet3d-none-cpu.json" in written and "unet3d-crash-cpu.json" not in written
+    assert not [name for name in written if name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("sig, name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_interrupting_pytest_kills_the_run_and_writes_nothing(outcome, suite_dir, sig, name):
+    """The interrupt lands mid-measurement of --update-baselines: the session ends within seconds, every
+    rank is gone, and the baseline directory holds exactly what it held before."""
+    basetemp = suite_dir / f"interrupted-{sig.name}"
+    before = baseline_files(suite_dir)
+    session = subprocess.Popen(pytest_args(suite_dir, "-k", "slow", "--update-baselines", "--basetemp",
+                                           str(basetemp)),
+                               cwd=suite_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 90
+    while not list(basetemp.glob("*/run0/steps.jsonl")):
+        assert time.monotonic() < deadline and session.poll() is None, "the case never started training"
+        time.sleep(0.5)
+    session.send_signal(sig)
+    output, _ = session.communicate(timeout=30)
+    assert session.returncode != 0
+    assert "KeyboardInterrupt" in output or "Interrupted" in output, output[-2000:]
+    assert leftover_processes(str(basetemp)) == [], f"{name} left processes behind"
+    assert baseline_files(suite_dir) == before
+
+
+def test_nodes_beyond_this_hosts_cores_is_a_clear_failure(suite_dir):
+    cores = len(os.sched_getaffinity(0))
+    nodes = cores + 1
+    done = subprocess.run(pytest_args(suite_dir, "-k", "none", "--nodes", str(nodes), "--basetemp",
+                                      str(suite_dir / "nodes")),
+                          cwd=suite_dir, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert (f"--nodes {nodes} x 2 CPU ranks per node needs {2 * nodes} cores for the local launcher, "
+            f"but {cores} are available") in done.stdout
+    assert not list((suite_dir / "nodes").glob("*/run0"))

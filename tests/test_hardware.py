@@ -50,3 +50,11 @@ def test_provenance_records_versions_hardware_commit_and_command(tmp_path):
     assert prov["hardware"]["class"] == "cpu-amd-epyc-2c-n1"
     assert prov["command"] == "python -m torch.distributed.run x.py"
     assert prov["date"].endswith("+00:00")
+
+
+def test_xdist_workers_get_disjoint_gpu_shares():
+    ids = [str(i) for i in range(8)]
+    shares = [hardware.gpus_for_worker(ids, worker, 3) for worker in range(3)]
+    assert shares == [["0", "1"], ["2", "3"], ["4", "5"]]
+    assert hardware.gpus_for_worker(["0", "1"], 2, 3) == []
+    assert hardware.gpus_for_worker(ids, 0, 1) == ids

@@ -116,3 +116,16 @@ def test_a_failed_ranks_last_lines_classify_the_failure(last_lines, kind):
     from perfgate.launch import failure_kind
 
     assert failure_kind(last_lines) == kind
+
+
+def test_a_rendezvous_that_cannot_start_is_a_setup_error(tmp_path, monkeypatch, no_leftovers):
+    """Something else holds the rendezvous port: the agent cannot host the c10d store and no rank runs."""
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        monkeypatch.setattr("perfgate.launch.free_port", lambda: squatter.getsockname()[1])
+        with pytest.raises(LaunchFailed, match="rendezvous") as failure:
+            launch(spec(tmp_path, "ok", timeout_s=10.0))
+    assert failure.value.kind == "setup-error"

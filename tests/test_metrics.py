@@ -68,3 +68,21 @@ def test_benchy_phases_become_io_and_synthetic_throughputs():
     metrics = compute(RunRecords(start={"world_size": 1}, steps=run([1.0, 1.0]).steps, phases=phases), warmup=0)
     assert (metrics.io_samples_per_second, metrics.synthetic_samples_per_second) == (303.0, 359.0)
     assert compute(run([1.0, 1.0]), warmup=0).io_samples_per_second is None
+
+
+def test_steady_throughput_ignores_bursts_of_interference_but_not_a_slower_step():
+    quiet = [1.0] * 10
+    bursty = [1.0] * 6 + [1.5] * 4
+    assert compute(run(bursty), warmup=0).steady_samples_per_second == pytest.approx(64.0)
+    assert compute(run(bursty), warmup=0).samples_per_second < 0.9 * 64
+    slower = [1.1 * t for t in quiet]
+    assert compute(run(slower), warmup=0).steady_samples_per_second == pytest.approx(64 / 1.1)
+
+
+def test_probe_reading_is_the_slowest_ranks_mean_of_before_and_after():
+    probe = {"before": {"matmul_gflops": [80.0, 60.0], "copy_gbps": [10.0, 12.0]},
+             "after": {"matmul_gflops": [90.0, 70.0], "copy_gbps": [14.0, 12.0]}}
+    records = RunRecords(start={"world_size": 2}, steps=run([1.0, 1.0]).steps, probe=probe)
+    metrics = compute(records, warmup=0)
+    assert metrics.probe_matmul_gflops == 65.0 and metrics.probe_copy_gbps == 12.0
+    assert compute(run([1.0, 1.0]), warmup=0).probe_matmul_gflops is None

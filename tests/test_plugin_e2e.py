@@ -15,6 +15,8 @@ CASES = [
     Case("openclip", "tiny", ({str(WORKLOAD)!r},),
          cpu=Flavour(TINY, steps=12, warmup=2, tolerance=0.4, timeout_s=240),
          gpu=Flavour({{**TINY, "device": "cuda"}})),
+    Case("openclip", "pair", ({str(WORKLOAD)!r},),
+         cpu=Flavour(TINY, steps=8, warmup=2, tolerance=0.4, timeout_s=240, ranks_per_node=1)),
     Case("openclip", "bad-model", ({str(WORKLOAD)!r},), cpu=Flavour({{**TINY, "model": "ViT-Nope"}}, timeout_s=120)),
     Case("openclip", "noise", ({str(WORKLOAD)!r},),
          cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.15, timeout_s=240), version="3"),
@@ -109,15 +111,25 @@ def test_missing_baseline_update_pass_and_regression(suite):
 
 
 def test_two_agents_on_this_host_with_nodes_2(suite):
-    result = run(suite, "-k", "tiny-cpu", "--nodes", "2", "--hardware-class", "two-nodes", "--update-baselines",
+    result = run(suite, "-k", "pair-cpu", "--nodes", "2", "--hardware-class", "two-nodes", "--update-baselines",
                  "--perf-baseline-repeats", "1")
     result.assert_outcomes(passed=1)
-    stored = json.loads((suite.path / "b" / "two-nodes" / "openclip-tiny-cpu.json").read_text())
-    assert "--nnodes 2 --nproc-per-node 2" in stored["provenance"]["command"]
-    agent_logs = sorted(suite.path.glob("**/test_clip_tiny_cpu_0/run0/agent*.log"))
+    stored = json.loads((suite.path / "b" / "two-nodes" / "openclip-pair-cpu.json").read_text())
+    assert "--nnodes 2 --nproc-per-node 1" in stored["provenance"]["command"]
+    agent_logs = sorted(suite.path.glob("**/test_clip_pair_cpu_0/run0/agent*.log"))
     assert [p.name for p in agent_logs] == ["agent0.log", "agent1.log"]
-    steps = [json.loads(line) for line in next(suite.path.glob("**/test_clip_tiny_cpu_0/run0/steps.jsonl")).open()]
-    assert steps[0]["world_size"] == 4 and steps[0]["global_batch"] == 64
+    steps = [json.loads(line) for line in next(suite.path.glob("**/test_clip_pair_cpu_0/run0/steps.jsonl")).open()]
+    assert steps[0]["world_size"] == 2 and steps[0]["global_batch"] == 32
+
+
+def test_parallel_cases_under_xdist_get_their_own_port_and_directory(suite):
+    result = run(suite, "-n", "2", "-k", "tiny-cpu or pair-cpu", "--update-baselines", "--perf-baseline-repeats", "1",
+                 "--perf-steps", "4", "--perf-warmup", "1")
+    result.assert_outcomes(passed=2)
+    first_lines = [log.read_text().splitlines()[0] for log in suite.path.glob("**/run0/agent0.log")]
+    endpoints = {line.split("--rdzv-endpoint ")[1].split()[0] for line in first_lines}
+    workdirs = {str(log.parent) for log in suite.path.glob("**/run0/agent0.log")}
+    assert len(first_lines) == 2 and len(endpoints) == 2 and len(workdirs) == 2
 
 
 def test_strict_baselines_fail_when_none_exists(suite):

@@ -82,3 +82,15 @@ def test_scaling_rows_give_speedup_and_efficiency_per_family():
         ["resnet50-fp32-gpu", "1", "925.0", "1.00x", "100%"],
         ["resnet50-fp32-gpu", "8", "7,020.9", "7.59x", "95%"],
     ]
+
+
+def test_a_failure_names_how_the_machine_speed_probe_moved_since_the_baseline():
+    from perfgate.baselines import Baseline, MetricBaseline
+    from perfgate.plugin import Measurement, machine_speed
+
+    baseline = Baseline("c", "k", {"steady_samples_per_second": MetricBaseline(100.0, "higher", 0.05)},
+                        provenance={"measured": {"probe_matmul_gflops": 80.0}})
+    now = Measurement(runs=[{"metrics": {"probe_matmul_gflops": 60.0, "probe_copy_gbps": 9.0}}])
+    line = machine_speed(baseline, now)
+    assert "probe_matmul_gflops 60 vs 80 (-25.0%)" in line and "copy" not in line
+    assert machine_speed(Baseline("c", "k", baseline.metrics, provenance={}), now) == ""

@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import os
 import resource
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+import machine_probe
 from perfgate import flops, stats
 from perfgate.inject import SlowdownInjector
 from perfgate.records import StepRecorder
@@ -79,10 +81,19 @@ def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: 
     )
     parser.add_argument(
         "--inject-fault", type=Fault.parse, metavar="KIND@RANK:STEP",
-        help="make the run fail on purpose (to test the harness): crash@R:S exits rank R at step S, hang@R:S "
+        help="make the run fail on purpose (to test the harness): crash@R:S exits rank R at step S, kill@R:S "
+        "kills it with SIGKILL (as the kernel's OOM killer would), hang@R:S "
         "stops rank R there (its peers wait in the next collective), oom@R:S raises an out-of-memory error, "
         "nan@R:S feeds rank R NaN inputs from step S on (the loss diverges)",
     )
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported; a dotted name whose parent package is missing is simply absent."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def common_problems(args: argparse.Namespace) -> list[str]:
@@ -111,10 +122,10 @@ def common_problems(args: argparse.Namespace) -> list[str]:
         problems.append("--cuda-graphs needs a CUDA device")
     if getattr(args, "precision", None) == "amp" and not cuda:
         problems.append("--precision amp (fp16 autocast + GradScaler) needs a CUDA device; use amp_bf16 on CPU")
-    if getattr(args, "optimizer", None) == "apex" and importlib.util.find_spec("apex.optimizers") is None:
+    if getattr(args, "optimizer", None) == "apex" and not installed("apex.optimizers"):
         problems.append("--optimizer apex: NVIDIA apex is not installed (it is not on PyPI: build it from "
                         "https://github.com/NVIDIA/apex with nvcc), or use --optimizer fused")
-    if getattr(args, "loader", None) == "dali" and importlib.util.find_spec("nvidia.dali") is None:
+    if getattr(args, "loader", None) == "dali" and not installed("nvidia.dali"):
         problems.append("--loader dali: NVIDIA DALI is not installed (pip install nvidia-dali-cuda120)")
     return problems
 
@@ -239,7 +250,7 @@ class Fault:
     rank: int
     step: int
 
-    KINDS = ("crash", "hang", "oom", "nan")
+    KINDS = ("crash", "kill", "hang", "oom", "nan")
 
     @classmethod
     def parse(cls, text: str) -> "Fault":
@@ -262,6 +273,8 @@ class Fault:
         print(message, file=sys.stderr, flush=True)
         if self.kind == "crash":
             raise SystemExit(13)
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.kind == "oom":
             raise torch.OutOfMemoryError(f"{message} (as if the device ran out of memory)")
         while True:
@@ -310,14 +323,18 @@ class Trainer:
 
     def run(self, model: torch.nn.Module, passes: Callable[[], Iterator[Any]], step_fn: StepFn,
             input_pipeline: bool = True) -> None:
-        """The whole run: the measured FULL window, then the benchy phases, then the end record.
+        """The whole run: the measured FULL window between two machine-speed probes, then the benchy
+        phases, then the end record.
 
         ``passes`` starts a fresh pass over the data; ``input_pipeline`` is False for synthetic data.
         """
         model.train()
+        before = machine_probe.probe_all_ranks(self.env.device)
         wall_start = time.perf_counter()
         steps_run = self.fit(passes(), step_fn)
         wall_s = time.perf_counter() - wall_start
+        after = machine_probe.probe_all_ranks(self.env.device)
+        self.recorder.write("probe", before=before, after=after)
         self.benchy(passes if input_pipeline else None, step_fn)
         self.close(steps_run, wall_s)
 

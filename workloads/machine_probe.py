@@ -1,0 +1,73 @@
+"""A machine-speed probe: how fast is this machine right now, independent of the workload's code?
+
+Shared machines drift (other tenants, clocks, memory reclaim): a stored baseline cannot tell a slower
+build from a slower hour. Every rank times two fixed kernels at the same moment, right before the
+measured window and right after it: a matrix multiply (compute) and a large copy (memory bandwidth).
+The plugin can then gate throughput relative to the probe (``--perf-calibrate``). The kernels never
+change with the workload, so a regression in the workload's own code does not move the probe.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+CHUNKS = 9
+"""Timed chunks per kernel; the median chunk's rate is the probe's reading (robust to a stray pause)."""
+SIZES = {"cpu": (256, 64 << 20), "cuda": (8192, 256 << 20)}
+"""Per device type: the square matmul's side and the copied tensor's size in bytes."""
+
+
+def _timed(fn, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
+
+
+def _median_rate(work: float, fn, device: torch.device, repeats: int) -> float:
+    """Rate (work units per second) of the median chunk; each chunk runs ``fn`` ``repeats`` times."""
+    def chunk() -> None:
+        for _ in range(repeats):
+            fn()
+
+    chunk()
+    return statistics.median(work * repeats / _timed(chunk, device) for _ in range(CHUNKS))
+
+
+def read_probe(device: torch.device, matmul_repeats: int = 16, copy_repeats: int = 2) -> dict[str, float]:
+    """This rank's reading: matmul GFLOP/s (fp32, TF32 off) and copy GB/s (bytes read + written)."""
+    side, nbytes = SIZES["cuda" if device.type == "cuda" else "cpu"]
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(side, side, device=device, generator=generator)
+    b = torch.randn(side, side, device=device, generator=generator)
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        gflops = _median_rate(2 * side ** 3 / 1e9, lambda: torch.mm(a, b), device, matmul_repeats)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    gbps = _median_rate(2 * nbytes / 1e9, lambda: dst.copy_(src), device, copy_repeats)
+    return {"matmul_gflops": gflops, "copy_gbps": gbps}
+
+
+def probe_all_ranks(device: torch.device) -> dict[str, list[float]]:
+    """Every rank probes at once (as they train at once); returns each kernel's reading per rank.
+
+    Data-parallel steps go at the pace of the slowest rank, so the plugin calibrates with the slowest.
+    """
+    dist.barrier()
+    reading = read_probe(device)
+    mine = torch.tensor(list(reading.values()), dtype=torch.float64, device=device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    per_rank = torch.stack(everyone).T.tolist()
+    return dict(zip(reading, per_rank))
