@@ -8,8 +8,10 @@ under pytest-xdist and appear in JUnit XML.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import time
 import os
 import shlex
 import signal
@@ -18,11 +20,11 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
-from perfgate import baselines, hardware, metrics, report, stats
+from perfgate import baselines, gpu_monitor, hardware, metrics, report, stats
 from perfgate.cases import DEFAULT_CPU_RANKS, CaseRun
 from perfgate.launch import LaunchFailed, LaunchSpec, launch
 from perfgate.metrics import METRICS
@@ -44,6 +46,10 @@ class StaleBaselineWarning(UserWarning):
     """A case ran significantly faster than its baseline allows: re-measure and review the baseline."""
 
 
+class LowGpuUtilizationWarning(UserWarning):
+    """A GPU case kept its GPUs busy less than --perf-min-gpu-util of the window: it measures something else."""
+
+
 class SessionState:
     """The session's perfgate state, registered as a plugin: settings, hardware, collected results."""
 
@@ -54,11 +60,18 @@ class SessionState:
         self.left_out = 0
         """Full-matrix cases deselected because --full-matrix was not given."""
         self._hardware: hardware.Hardware | None = None
+        self._nvml: tuple[Any, str] | None = None
 
     def hardware(self) -> hardware.Hardware:
         if self._hardware is None:
             self._hardware = hardware.detect()
         return self._hardware
+
+    def nvml(self) -> tuple[Any, str]:
+        """(pynvml, "") once NVML started, or (None, why not); tried once per session."""
+        if self._nvml is None:
+            self._nvml = gpu_monitor.load_nvml()
+        return self._nvml
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if self.settings.full_matrix:
@@ -98,6 +111,8 @@ class SessionState:
         for heading, rows, header in (
             ("what each case achieved (medians over runs; IO / SYNTHETIC from the first run):",
              report.profile_rows(results), report.PROFILE_HEADER),
+            ("GPUs during the measured windows (NVML):", report.gpu_rows(results, self.settings.min_gpu_util),
+             report.GPU_HEADER),
             ("scaling over DDP size (efficiency = speedup / ranks):", report.scaling_rows(results),
              report.SCALING_HEADER),
         ):
@@ -167,12 +182,39 @@ class Plan:
     baseline_file: Path
 
 
+class Window:
+    """When the measured window ran, in monotonic time, as seen by tailing the records: it opens once the
+    warm-up steps are recorded and closes at the last step (records arrive up to a poll late)."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.steps = 0
+        self.start: float | None = None
+        self.end: float | None = None
+
+    def saw(self, new_steps: int) -> None:
+        if not new_steps:
+            return
+        self.steps += new_steps
+        now = time.monotonic()
+        if self.start is None and self.steps >= self.warmup:
+            self.start = now
+        self.end = now
+
+    def samples(self, samples: list[gpu_monitor.Sample]) -> list[gpu_monitor.Sample]:
+        if self.start is None:
+            return []
+        return [s for s in samples if self.start <= s.t <= (self.end or s.t)]
+
+
 @dataclass
 class Measurement:
     """Every run of a case so far: one metrics dict per run, with its step times."""
 
     runs: list[dict[str, Any]] = field(default_factory=list)
     command: str = ""
+    gpu_samples: list[gpu_monitor.Sample] = field(default_factory=list)
+    """NVML samples taken during the runs' measured windows."""
 
     def values(self, metric: str) -> list[float]:
         return [run["metrics"][metric] for run in self.runs if run["metrics"].get(metric) is not None]
@@ -212,6 +254,7 @@ class PerfGate:
         try:
             return self._check(plan, result)
         finally:
+            self._flag_idle_gpus(result)
             (self.workdir / "result.json").write_text(json.dumps(
                 {**result, "command": self._measurement.command, "per_run": self._measurement.runs}, indent=2) + "\n")
 
@@ -286,16 +329,19 @@ class PerfGate:
         label = f"{plan.run.key} run {index + 1}/{max(planned, index + 1)}"
         progress = report.Progress(label, plan.steps, self._say, overwrite=self._is_tty())
         follow = plan.run.case.records.follow(run_dir)
+        window = Window(plan.warmup)
 
         def show_progress(elapsed: float) -> None:
             try:
                 new_steps = follow()
             except RecordsError:
                 new_steps = []
+            window.saw(len(new_steps))
             progress.update(new_steps, elapsed)
 
         try:
-            launched = launch(spec, on_poll=show_progress)
+            with self._gpu_monitor(plan, result) as monitor:
+                launched = launch(spec, on_poll=show_progress)
         except LaunchFailed as failure:
             result["verdict"] = failure.kind
             self._fail(result, f"{plan.run.key}: {failure.kind} in run {index + 1}: {failure.message}\n"
@@ -313,6 +359,9 @@ class PerfGate:
         except (RecordsError, metrics.MetricsError, ValueError) as exc:
             self._fail(result, f"{plan.run.key}: run {index + 1} finished but gave no measurement: {exc}\n"
                                f"logs kept in {run_dir}")
+        if monitor is not None:
+            measurement.gpu_samples.extend(window.samples(monitor.samples))
+            result["gpu"] = gpu_monitor.summarize(measurement.gpu_samples)
         measurement.runs.append({
             "run": index,
             "metrics": measured,
@@ -356,6 +405,30 @@ class PerfGate:
             return result
         result["verdict"] = "pass"
         return result
+
+    def _flag_idle_gpus(self, result: dict[str, Any]) -> None:
+        gpu, floor = result.get("gpu"), self.settings.min_gpu_util
+        if gpu and gpu["mean_utilization"] < floor:
+            warnings.warn(LowGpuUtilizationWarning(
+                f"{result['case']}: the least busy GPU was utilised {gpu['mean_utilization']:.0%} of the measured "
+                f"window (< {floor:.0%}, --perf-min-gpu-util): the case is bound by something other than the GPU "
+                "(input pipeline, host, communication); see the benchy IO / SYNTHETIC columns"))
+
+    @contextlib.contextmanager
+    def _gpu_monitor(self, plan: Plan, result: dict[str, Any]) -> Iterator[gpu_monitor.GpuMonitor | None]:
+        """Samples the case's GPUs through NVML while it runs; None for CPU cases or without NVML."""
+        if plan.run.kind != "gpu":
+            yield None
+            return
+        nvml, why_not = self.state.nvml()
+        if nvml is None:
+            result["gpu_monitor"] = why_not
+            yield None
+            return
+        ids = [i for node in plan.spec.devices_per_node or [] for i in node.split(",")]
+        indices = [int(i) for i in ids] if all(i.isdigit() for i in ids) else list(range(plan.hardware.gpu_count))
+        with gpu_monitor.GpuMonitor(nvml, indices) as monitor:
+            yield monitor
 
     def _ranks_per_node(self, run: CaseRun, hw: hardware.Hardware, nodes: int) -> tuple[int, list[str] | None]:
         if run.kind == "cpu":
@@ -427,6 +500,9 @@ class PerfGate:
         provenance = hardware.provenance(plan.hardware, root=self.state.root, command=measurement.command,
                                          hardware_class_name=plan.hardware_class)
         provenance["hardware"]["detected_class"] = plan.detected_class
+        if run.kind == "gpu":
+            nvml, why_not = self.state.nvml()
+            provenance["hardware"]["nvml"] = gpu_monitor.fingerprint(nvml) or why_not
         new = baselines.Baseline(
             case=run.key,
             hardware_class=plan.hardware_class,

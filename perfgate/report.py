@@ -140,6 +140,25 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
+GPU_HEADER = ("case", "mean GPU util", "peak memory", "mean power", "throttling", "flag")
+
+
+def gpu_rows(results: Sequence[dict[str, Any]], min_utilization: float) -> list[list[str]]:
+    """What the GPUs did during the measured windows (NVML), with under-used cases flagged."""
+    rows = []
+    for result in results:
+        gpu = result.get("gpu")
+        if not gpu:
+            continue
+        low = gpu["mean_utilization"] < min_utilization
+        rows.append([
+            result["case"], f"{gpu['mean_utilization']:.0%}", f"{gpu['peak_memory_bytes'] / 2**30:.1f} GiB",
+            f"{gpu['mean_power_w']:.0f} W", ", ".join(gpu["throttle"]) or "none",
+            f"LOW UTILISATION (< {min_utilization:.0%})" if low else "",
+        ])
+    return rows
+
+
 SCALING_HEADER = ("family", "ranks", "samples/s", "speedup", "efficiency")
 
 

@@ -108,6 +108,8 @@ OPTIONS = (
            "the tolerance (default: warn that the baseline is stale)"),
     Option("--full-matrix", "full_matrix", "run every case of the workload matrices (each axis value with the "
            "others at the base point), not only the representative default subset"),
+    Option("--perf-min-gpu-util", "min_gpu_util", "flag a GPU case whose mean GPU utilisation (NVML, over the "
+           "measured window, the least busy GPU) is below this fraction (default: 0.9)", fraction, 0.9, "FRACTION"),
     Option("--force-baseline-update", "force_baseline_update", "let --update-baselines overwrite a baseline "
            "measured on other hardware, for another workload version, or a published reference"),
 )
@@ -131,6 +133,7 @@ class Settings:
     inject_slowdown: float = 0.0
     fail_stale: bool = False
     full_matrix: bool = False
+    min_gpu_util: float = 0.9
     force_baseline_update: bool = False
 
     @property

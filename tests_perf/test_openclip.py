@@ -8,7 +8,7 @@ The DDP-knob case (bucket100-nosync) runs with --full-matrix, to keep the defaul
 
 import pytest
 
-from perfgate.cases import Case, Flavour, parametrize
+from perfgate.cases import CPU_TOLERANCE_FLOOR, Case, Flavour, parametrize
 
 ENTRY = ("workloads/openclip_train.py",)
 TINY = {"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 32, "workers": 1}
@@ -16,7 +16,7 @@ VIT_B = {"model": "ViT-B-32", "device": "cuda", "batch-size": 256, "workers": 8}
 
 
 def cpu(steps=40, warmup=5, **args):
-    return Flavour({**TINY, **args}, steps=steps, warmup=warmup, tolerance_floor=0.03, timeout_s=300)
+    return Flavour({**TINY, **args}, steps=steps, warmup=warmup, tolerance_floor=CPU_TOLERANCE_FLOOR, timeout_s=300)
 
 
 def gpu(base=VIT_B, **args):

@@ -8,7 +8,7 @@ amp case is the one NGC publishes (2470 images/s on one A100-80GB, 16621 on eigh
 from matrix_axes import (BATCH, BUCKET, COMPILE, CUDA_GRAPHS, DDP, LOADER, OPTIMIZER, PRECISION, RULES, SYNC_BUFFERS,
                   WORKERS, Axis, no_workers_without_loader)
 
-from perfgate.cases import Flavour, parametrize
+from perfgate.cases import CPU_TOLERANCE_FLOOR, Flavour, parametrize
 from perfgate.matrix import Matrix
 
 CHANNELS_LAST = Axis("channels_last", (True, False), label={True: "", False: "nchw"})
@@ -20,7 +20,7 @@ MATRIX = Matrix(
     base={"precision": "fp32", "loader": "torch", "workers": 1, "bucket_cap_mb": 25, "sync_buffers": True,
           "ddp": 2, "optimizer": "default", "compile": False, "cuda_graphs": False, "batch": 1,
           "channels_last": True},
-    cpu=Flavour({"device": "cpu", "image-size": 64, "batch-size": 8}, steps=16, warmup=4, tolerance_floor=0.03,
+    cpu=Flavour({"device": "cpu", "image-size": 64, "batch-size": 8}, steps=16, warmup=4, tolerance_floor=CPU_TOLERANCE_FLOOR,
                 timeout_s=300, benchy_steps=6),
     gpu=Flavour({"device": "cuda", "image-size": 224, "batch-size": 256, "lr-warmup-steps": 20}, steps=120,
                 warmup=20, tolerance_floor=0.02, timeout_s=1800, benchy_steps=30),

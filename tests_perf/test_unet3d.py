@@ -8,7 +8,7 @@ as the tutorial's single-A100 runs (84-87 samples/s with 2 workers ... 496-542 w
 from matrix_axes import (BATCH, BUCKET, COMPILE, CUDA_GRAPHS, DDP, LOADER, OPTIMIZER, PRECISION, RULES, SYNC_BUFFERS,
                   WORKERS, no_workers_without_loader)
 
-from perfgate.cases import Flavour, parametrize
+from perfgate.cases import CPU_TOLERANCE_FLOOR, Flavour, parametrize
 from perfgate.matrix import Matrix
 
 MATRIX = Matrix(
@@ -18,7 +18,7 @@ MATRIX = Matrix(
     base={"precision": "fp32", "loader": "torch", "workers": 1, "bucket_cap_mb": 25, "sync_buffers": True,
           "ddp": 2, "optimizer": "default", "compile": False, "cuda_graphs": False, "batch": 1},
     cpu=Flavour({"device": "cpu", "base-channels": 8, "batch-size": 2, "volume": 128}, steps=16, warmup=4,
-                tolerance_floor=0.03, timeout_s=300, benchy_steps=6),
+                tolerance_floor=CPU_TOLERANCE_FLOOR, timeout_s=300, benchy_steps=6),
     gpu=Flavour({"device": "cuda", "base-channels": 64, "batch-size": 64, "volume": 256}, steps=60, warmup=10,
                 tolerance_floor=0.02, timeout_s=1800, benchy_steps=20),
     default=({}, {"loader": "dali"}, {"ddp": 1}),
