@@ -130,6 +130,12 @@ def test_a_failed_case_never_becomes_a_baseline(outcome, suite_dir):
     assert not [name for name in written if name.endswith(".tmp")]
 
 
+def answer_ctrl_c_like_a_terminal():
+    """A background job of a non-interactive shell (``make test &``) inherits SIGINT ignored, and Python then
+    never raises KeyboardInterrupt; the session under test must see Ctrl-C as it would in a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig, name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
 def test_interrupting_pytest_kills_the_run_and_writes_nothing(outcome, suite_dir, sig, name):
     """The interrupt lands mid-measurement of --update-baselines: the session ends within seconds, every
@@ -138,13 +144,17 @@ def test_interrupting_pytest_kills_the_run_and_writes_nothing(outcome, suite_dir
     before = baseline_files(suite_dir)
     session = subprocess.Popen(pytest_args(suite_dir, "-k", "slow", "--update-baselines", "--basetemp",
                                            str(basetemp)),
-                               cwd=suite_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 90
-    while not list(basetemp.glob("*/run0/steps.jsonl")):
-        assert time.monotonic() < deadline and session.poll() is None, "the case never started training"
-        time.sleep(0.5)
-    session.send_signal(sig)
-    output, _ = session.communicate(timeout=30)
+                               cwd=suite_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=answer_ctrl_c_like_a_terminal)
+    try:
+        deadline = time.monotonic() + 90
+        while not list(basetemp.glob("*/run0/steps.jsonl")):
+            assert time.monotonic() < deadline and session.poll() is None, "the case never started training"
+            time.sleep(0.5)
+        session.send_signal(sig)
+        output, _ = session.communicate(timeout=30)
+    finally:
+        session.kill()
     assert session.returncode != 0
     assert "KeyboardInterrupt" in output or "Interrupted" in output, output[-2000:]
     assert leftover_processes(str(basetemp)) == [], f"{name} left processes behind"
