@@ -9,6 +9,7 @@ its ranks carry a ``PERFGATE_RUN_ID`` in their environment, so processes that ou
 from __future__ import annotations
 
 import os
+import random
 import re
 import shlex
 import signal
@@ -43,6 +44,8 @@ class LaunchSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     devices_per_node: Sequence[str] | None = None
     """CUDA_VISIBLE_DEVICES for each agent; None leaves the environment's visibility alone."""
+    ports: range | None = None
+    """Where to pick the rendezvous port (see port_share); None: any free port."""
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,39 @@ class LaunchFailed(Exception):
         self.log_path = log_path
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now; the OS hands out distinct ones to parallel callers."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+RENDEZVOUS_PORTS_FROM = 10000
+"""Rendezvous ports come from here up to the kernel's ephemeral range."""
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the source ports of outgoing connections (gloo opens many)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def port_share(worker: int, workers: int) -> range:
+    """The rendezvous ports of pytest-xdist worker ``worker`` of ``workers``: disjoint slices below the
+    ephemeral range, so parallel cases never pick the same port, nor one that an outgoing connection of
+    another case (a gloo rank's socket) holds as its source port between the pick and torchrun's bind."""
+    low, high = RENDEZVOUS_PORTS_FROM, ephemeral_range()[0]
+    size = (high - low) // max(workers, 1)
+    return range(low + worker * size, low + (worker + 1) * size)
+
+
+def free_port(share: range | None = None) -> int:
+    """A TCP port nobody listens on right now, from ``share`` (see port_share) when given."""
+    candidates = random.sample(share, min(len(share), 200)) if share else []
+    for port in [*candidates, 0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise OSError("no free TCP port for the rendezvous")
 
 
 def agent_command(spec: LaunchSpec, node: int, endpoint: str, run_id: str) -> list[str]:
@@ -97,7 +128,7 @@ def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> 
     """Runs all agents to completion; raises LaunchFailed on a failed rank, a hang, or a bad start."""
     spec.workdir.mkdir(parents=True, exist_ok=True)
     run_id = f"perfgate-{uuid.uuid4().hex[:12]}"
-    endpoint = f"127.0.0.1:{free_port()}"
+    endpoint = f"127.0.0.1:{free_port(spec.ports)}"
     env = {**os.environ, **spec.env, RUN_ID_ENV: run_id}
     commands, logs, agents = [], [], []
     start = time.monotonic()

@@ -26,7 +26,7 @@ import pytest
 
 from perfgate import baselines, gpu_monitor, hardware, metrics, report, stats
 from perfgate.cases import DEFAULT_CPU_RANKS, CaseRun
-from perfgate.launch import LaunchFailed, LaunchSpec, launch
+from perfgate.launch import LaunchFailed, LaunchSpec, launch, port_share
 from perfgate.metrics import METRICS
 from perfgate.records import RecordsError
 from perfgate.settings import Settings, add_options, resolve
@@ -304,6 +304,7 @@ class PerfGate:
             timeout_s=settings.timeout or flavour.timeout_s,
             env=self._child_env(run.kind),
             devices_per_node=devices,
+            ports=port_share(*xdist_worker()),
         )
         try:
             path = baselines.baseline_path(settings.baseline_dir, hw_class, run.key)

@@ -90,6 +90,32 @@ def test_interrupted_write_leaves_the_old_file_whole(path, monkeypatch):
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
+def _write_many(path, value, times):
+    for _ in range(times):
+        baselines.write(path, sample(value))
+
+
+def test_parallel_writers_of_one_file_leave_it_whole(path):
+    """pytest-xdist workers updating the same file (two sessions at once): a reader always finds one
+    writer's whole file, never a torn mix, and no temporary file is left behind."""
+    import multiprocessing
+
+    baselines.write(path, sample(1.0))
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_write_many, args=(path, float(value), 100)) for value in (2, 3, 4)]
+    for writer in writers:
+        writer.start()
+    seen = set()
+    while any(writer.is_alive() for writer in writers):
+        seen.add(baselines.load(path).metrics["samples_per_second"].value)
+    for writer in writers:
+        writer.join()
+        assert writer.exitcode == 0
+    assert seen <= {1.0, 2.0, 3.0, 4.0}
+    assert baselines.load(path).metrics["samples_per_second"].value in {2.0, 3.0, 4.0}
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
 def one_metric(better, runs, tolerance=0.1):
     return Baseline("c", CLASS, {"m": MetricBaseline(stats.median(runs), better, tolerance, "u", tuple(runs))}, {})
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from perfgate.launch import KILL_GRACE_S, LaunchFailed, LaunchSpec, free_port, launch
+from perfgate.launch import KILL_GRACE_S, LaunchFailed, LaunchSpec, ephemeral_range, free_port, launch, port_share
 
 from conftest import leftover_processes
 
@@ -34,6 +34,25 @@ def spec(tmp_path, name, **kwargs):
 def test_free_ports_are_distinct_and_bindable():
     ports = {free_port() for _ in range(20)}
     assert len(ports) > 15 and all(1024 < p < 65536 for p in ports)
+
+
+def test_xdist_workers_pick_rendezvous_ports_from_disjoint_shares_below_the_ephemeral_range():
+    shares = [port_share(worker, 3) for worker in range(3)]
+    assert all(len(share) > 1000 for share in shares)
+    assert not set(shares[0]) & set(shares[1]) and not set(shares[1]) & set(shares[2])
+    assert max(shares[2]) < ephemeral_range()[0]
+    for share in shares:
+        assert all(free_port(share) in share for _ in range(5))
+
+
+def test_a_taken_port_is_never_picked():
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        assert free_port(range(taken, taken + 1)) != taken
 
 
 def test_successful_run_keeps_agent_and_rank_logs(tmp_path, no_leftovers):
@@ -125,7 +144,7 @@ def test_a_rendezvous_that_cannot_start_is_a_setup_error(tmp_path, monkeypatch, 
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
-        monkeypatch.setattr("perfgate.launch.free_port", lambda: squatter.getsockname()[1])
+        monkeypatch.setattr("perfgate.launch.free_port", lambda share: squatter.getsockname()[1])
         with pytest.raises(LaunchFailed, match="rendezvous") as failure:
             launch(spec(tmp_path, "ok", timeout_s=10.0))
     assert failure.value.kind == "setup-error"
