@@ -20,7 +20,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import pytest
 
@@ -108,6 +108,10 @@ class SessionState:
                 terminalreporter.write_line(line)
             for result in updated:
                 terminalreporter.write_line(f"wrote {result['baseline_file']}")
+                if result.get("disturbed_runs"):
+                    terminalreporter.write_line(
+                        f"  {result['disturbed_runs']} disturbed run(s) left out and re-measured (far slower than the "
+                        "others: a slow spell of the machine); they are listed in the file's provenance", yellow=True)
         for heading, rows, header in (
             ("what each case achieved (medians over runs; IO / SYNTHETIC from the first run):",
              report.profile_rows(results), report.PROFILE_HEADER),
@@ -219,6 +223,15 @@ class Measurement:
     def values(self, metric: str) -> list[float]:
         return [run["metrics"][metric] for run in self.runs if run["metrics"].get(metric) is not None]
 
+    def disturbed(self, gated: Sequence[str], floor: float) -> list[int]:
+        """Indices of the runs that any gated metric finds disturbed (see stats.disturbed)."""
+        found = set()
+        for name in gated:
+            runs = [run for run in self.runs if run["metrics"].get(name) is not None]
+            values = [run["metrics"][name] for run in runs]
+            found.update(runs[i]["run"] for i in stats.disturbed(values, METRICS[name].better, floor))
+        return sorted(found)
+
     def medians(self) -> dict[str, float | None]:
         names = self.runs[0]["metrics"].keys() if self.runs else ()
         return {name: stats.median(self.values(name)) if self.values(name) else None for name in names}
@@ -268,8 +281,7 @@ class PerfGate:
             baseline = None
         if self.settings.update_baselines:
             self._refuse_foreign_overwrite(plan, baseline, result)
-            measurement = self._measure(plan, result, self.settings.baseline_repeats)
-            return self._update(plan, result, baseline, measurement)
+            return self._update(plan, result, baseline, self._measure_baseline(plan, result))
         if baseline is not None and baseline.workload_version != run.case.version:
             self._fail(result, f"{run.key}: {plan.baseline_file} was measured with workload version "
                                f"{baseline.workload_version}, the case is version {run.case.version}: the numbers are "
@@ -316,6 +328,23 @@ class PerfGate:
         for _ in range(repeats):
             self._launch_once(plan, result, repeats)
         return self._measurement
+
+    def _measure_baseline(self, plan: Plan, result: dict[str, Any]) -> Measurement:
+        """The baseline's runs; a disturbed run (see stats.disturbed) is measured again, up to half as many
+        extra launches as planned, so one slow spell of a shared machine does not become the reference."""
+        planned = self.settings.baseline_repeats
+        measurement = self._measure(plan, result, planned)
+        floor = self._tolerance_floor(plan)
+        for _ in range(planned // 2):
+            if len(measurement.runs) - len(measurement.disturbed(plan.run.gated, floor)) >= planned:
+                break
+            self._launch_once(plan, result, planned + planned // 2)
+        return measurement
+
+    @staticmethod
+    def _tolerance_floor(plan: Plan) -> float:
+        flavour = plan.run.flavour
+        return flavour.tolerance if flavour.tolerance is not None else flavour.tolerance_floor
 
     def _launch_once(self, plan: Plan, result: dict[str, Any], planned: int) -> None:
         """One whole torchrun launch in its own directory, with live progress; appends its metrics."""
@@ -488,9 +517,11 @@ class PerfGate:
     def _update(self, plan: Plan, result: dict[str, Any], old: baselines.Baseline | None,
                 measurement: Measurement) -> dict[str, Any]:
         run, flavour = plan.run, plan.run.flavour
+        dropped = measurement.disturbed(run.gated, self._tolerance_floor(plan))
+        kept = Measurement([r for r in measurement.runs if r["run"] not in dropped], measurement.command)
         new_metrics = {}
         for name in run.gated:
-            runs = tuple(float(f"{v:.6g}") for v in measurement.values(name))
+            runs = tuple(float(f"{v:.6g}") for v in kept.values(name))
             tolerance = flavour.tolerance
             if tolerance is None:
                 tolerance = round(stats.noise_tolerance(runs, flavour.tolerance_floor), 4)
@@ -510,7 +541,9 @@ class PerfGate:
             workload_version=run.case.version,
             metrics=new_metrics,
             provenance={**provenance, "pytest_args": shlex.join(self.config.invocation_params.args),
-                        "warmup_steps": plan.warmup, "steps": plan.steps, "measured": measurement.medians()},
+                        "warmup_steps": plan.warmup, "steps": plan.steps, "measured": kept.medians(),
+                        "disturbed_runs": [{"run": r["run"], **{name: r["metrics"][name] for name in run.gated}}
+                                           for r in measurement.runs if r["run"] in dropped]},
         )
         baselines.write(plan.baseline_file, new)
         rows = []
@@ -522,7 +555,7 @@ class PerfGate:
                 "baseline": before.value if before else None,
                 "change": (ref.value - before.value) / before.value if before else None, "verdict": "updated",
             })
-        result.update(verdict="updated", metrics=rows)
+        result.update(verdict="updated", metrics=rows, disturbed_runs=len(dropped))
         return result
 
     def _no_baseline(self, plan: Plan, result: dict[str, Any], measurement: Measurement) -> dict[str, Any]:

@@ -169,6 +169,21 @@ def settle(decision: Decision) -> Decision:
     return Decision("pass", f"{decision.reason}; no repeats left, so not a significant regression")
 
 
+DISTURBED_SIGMAS = 4.0
+
+
+def disturbed(values: Sequence[float], better: str, floor: float, sigmas: float = DISTURBED_SIGMAS) -> list[int]:
+    """Indices of runs worse than the median by more than ``sigmas`` robust standard deviations and more
+    than ``floor``: on a shared machine, interference only ever makes a run worse, so such a run measured
+    the neighbours, not the code. Fewer than 3 runs have no median to stand out from."""
+    if len(values) < 3:
+        return []
+    center = median(values)
+    allowed = max(sigmas * relative_spread(values), floor)
+    sign = 1.0 if better == "higher" else -1.0
+    return [i for i, value in enumerate(values) if sign * (center - value) / center > allowed]
+
+
 def noise_tolerance(runs: Sequence[float], floor: float, factor: float = 2.0) -> float:
     """A tolerance from the measured noise: ``factor`` x the robust relative spread, never under ``floor``."""
     return max(floor, factor * relative_spread(runs))

@@ -36,6 +36,8 @@ def test_defaults_parse(workload):
         (["--bucket-cap-mb", "0"], "--bucket-cap-mb must be > 0"),
         (["--model", "ViT-Nope"], "--model 'ViT-Nope' is not an open_clip config (open_clip.list_models() has"),
         (["--precision", "fp8"], "invalid choice: 'fp8'"),
+        (["--timing", "bare", "--steps", "5", "--warmup", "5"], "--timing bare measures the steps after --warmup"),
+        (["--timing", "bare", "--target-ci", "0.01"], "--timing bare runs a fixed number of steps"),
     ],
 )
 def test_invalid_settings_exit_2_with_a_clear_message(workload, capsys, args, message):

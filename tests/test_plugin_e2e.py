@@ -235,3 +235,50 @@ def test_update_refuses_a_baseline_from_other_hardware_or_workload_version(suite
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*measured with workload version 2, the case is version 3*"])
     assert not list(suite.path.glob("**/test_clip_*/**/agent0.log"))
+
+
+SECOND_LAUNCH_SLOW = """
+import argparse, pathlib, time
+import torch
+from perfgate.records import StepRecorder
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int)
+parser.add_argument("--records", type=pathlib.Path)
+parser.add_argument("--step-s", type=float)
+args = parser.parse_args()
+counter = pathlib.Path(__file__).with_name("launches")
+launch = int(counter.read_text()) if counter.exists() else 0
+counter.write_text(str(launch + 1))
+recorder = StepRecorder(args.records, device_type="cpu")
+recorder.write("start", world_size=1, global_batch=1, device="cpu")
+recorder.begin()
+for step in range(args.steps):
+    recorder.data_ready()
+    time.sleep(args.step_s * (3 if launch == 1 else 1))
+    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={"loss": torch.tensor(1.0)})
+recorder.close(peak_memory_bytes=0)
+"""
+
+
+def test_a_disturbed_baseline_run_is_left_out_and_measured_again(pytester):
+    """The second of 3 baseline launches runs 3x slower (as in a slow spell of the machine): it is left out,
+    one more launch replaces it, and the file lists it under provenance.disturbed_runs."""
+    pytester.makepyfile(sleeper=SECOND_LAUNCH_SLOW, test_suite=f"""
+from perfgate.cases import Case, Flavour, parametrize
+
+CASES = [Case("sleeper", "steps", ({str(pytester.path / 'sleeper.py')!r},),
+              cpu=Flavour({{"step-s": 0.02}}, steps=10, warmup=2, tolerance_floor=0.06, ranks_per_node=1))]
+
+@parametrize(CASES)
+def test_sleeper(perfgate, case):
+    perfgate.check(case)
+""")
+    result = pytester.runpytest_subprocess("--baseline-dir", "b", "--hardware-class", CLASS, "-p", "no:cacheprovider",
+                                           "--update-baselines", "--perf-baseline-repeats", "3", timeout=300)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*1 disturbed run(s) left out and re-measured*"])
+    stored = json.loads((pytester.path / "b" / CLASS / "sleeper-steps-cpu.json").read_text())
+    assert (pytester.path / "launches").read_text() == "4"
+    assert len(stored["metrics"]["steady_samples_per_second"]["runs"]) == 3
+    assert [run["run"] for run in stored["provenance"]["disturbed_runs"]] == [1]

@@ -98,3 +98,23 @@ def test_median_interval_needs_enough_steps_and_shrinks_with_more():
     jitter = [1.0 + 0.02 * (((i * 7) % 11) - 5) / 5 for i in range(400)]
     wide, narrow = stats.median_ci_halfwidth(jitter[:20]), stats.median_ci_halfwidth(jitter)
     assert 0 < narrow < wide <= 0.02
+
+
+def test_disturbed_runs_are_the_far_worse_ones_only():
+    # detection run 4's baseline: two runs fell in slow spells of the VM (one while a test suite ran beside it)
+    runs = [345.9, 350.5, 264.2, 344.9, 342.2, 338.1, 188.6]
+    assert stats.disturbed(runs, "higher", floor=0.06) == [2, 6]
+    assert stats.disturbed([1 / v for v in runs], "lower", floor=0.06) == [2, 6]
+    assert stats.disturbed([100.0, 101.0, 99.0, 130.0], "higher", floor=0.06) == []  # faster is never disturbed
+    assert stats.disturbed([100.0, 101.0, 99.0, 95.0], "higher", floor=0.06) == []  # within the floor
+    assert stats.disturbed([100.0, 50.0], "higher", floor=0.06) == []  # two runs: no majority to judge by
+
+
+def test_a_baseline_with_disturbed_runs_would_blind_the_gate_without_leaving_them_out():
+    """What leaving disturbed runs out buys: against the contaminated baseline a 12 % slowdown (4 runs) is
+    not significant; against the same baseline without its two disturbed runs it fails."""
+    runs = [345.9, 350.5, 264.2, 344.9, 342.2, 338.1, 188.6]
+    slower = [303.1, 293.5, 319.9, 303.6]
+    clean = [v for i, v in enumerate(runs) if i not in stats.disturbed(runs, "higher", floor=0.06)]
+    assert stats.decide(stats.compare_runs(runs, slower), "higher", 0.06).outcome == "inconclusive"
+    assert stats.decide(stats.compare_runs(clean, slower), "higher", 0.06).outcome == "FAIL"

@@ -55,6 +55,15 @@ def test_resnet50_trains_on_two_gloo_ranks(tmp_path, no_leftovers):
     assert records.start["model"] == "resnet50-v1.5" and records.start["parameters"] == 25_557_032
 
 
+def test_bare_timing_records_no_steps_only_the_window_after_warmup(tmp_path, no_leftovers):
+    """--timing bare is benchmarks/harness_overhead.py's yardstick: nothing per step, one figure."""
+    records = train(tmp_path, "resnet50_train.py", "--image-size", "32", "--batch-size", "4", "--steps", "6",
+                    "--warmup", "2", "--loader", "synthetic", "--workers", "0", "--timing", "bare")
+    assert records.steps == ()
+    assert records.phases["bare"]["steps"] == 4 and records.phases["bare"]["samples_per_second"] > 0
+    assert records.end["steps_run"] == 6
+
+
 @pytest.mark.parametrize("loader", ["torch", pytest.param("dali", marks=needs_dali)])
 def test_unet3d_trains_on_two_gloo_ranks(tmp_path, no_leftovers, loader):
     records = train(tmp_path, "unet3d_train.py", "--base-channels", "4", "--batch-size", "1", "--volume", "64",

@@ -76,6 +76,12 @@ def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: 
         "(SYNTHETIC); 0 skips them",
     )
     parser.add_argument(
+        "--timing", choices=("steps", "bare"), default="steps",
+        help="steps: rank 0 records every step (what perfgate measures); bare: no per-step records, one "
+        "synchronize after the --warmup steps and one at the end, written as a 'bare' phase record (the "
+        "yardstick for perfgate's own overhead, benchmarks/harness_overhead.py)",
+    )
+    parser.add_argument(
         "--inject-slowdown", type=float, default=0.0, metavar="FRACTION",
         help="stretch every step by this fraction of its duration (to test a perf gate); default 0",
     )
@@ -113,6 +119,11 @@ def common_problems(args: argparse.Namespace) -> list[str]:
     if args.target_ci is not None and not args.warmup < args.min_steps <= args.steps:
         problems.append(f"adaptive length needs --warmup < --min-steps <= --steps, got "
                         f"{args.warmup}, {args.min_steps}, {args.steps}")
+    if args.timing == "bare" and not 0 <= args.warmup < args.steps:
+        problems.append(f"--timing bare measures the steps after --warmup: need 0 <= --warmup < --steps, got "
+                        f"{args.warmup}, {args.steps}")
+    if args.timing == "bare" and args.target_ci is not None:
+        problems.append("--timing bare runs a fixed number of steps: drop --target-ci")
     if not 0 <= args.inject_slowdown <= 10:
         problems.append(f"--inject-slowdown must be between 0 and 10, got {args.inject_slowdown}")
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -331,7 +342,7 @@ class Trainer:
         model.train()
         before = machine_probe.probe_all_ranks(self.env.device)
         wall_start = time.perf_counter()
-        steps_run = self.fit(passes(), step_fn)
+        steps_run = (self.fit_bare if self.args.timing == "bare" else self.fit)(passes(), step_fn)
         wall_s = time.perf_counter() - wall_start
         after = machine_probe.probe_all_ranks(self.env.device)
         self.recorder.write("probe", before=before, after=after)
@@ -360,6 +371,22 @@ class Trainer:
             if self.adaptive.should_stop(done):
                 break
         self.last_batch = batch if done else None
+        return done
+
+    def fit_bare(self, batches: Iterator[Any], step_fn: StepFn) -> int:
+        """The same steps with nothing recorded per step: one synchronize once the warm-up steps are done and
+        one at the end, and the time between them as a ``bare`` phase. What perfgate's timing must agree with."""
+        warmup, started, done = self.args.warmup, 0.0, 0
+        for step, batch in zip(range(self.args.steps), batches):
+            if step == warmup:
+                self._sync()
+                started = time.perf_counter()
+            step_fn(step, batch)
+            done = step + 1
+        self._sync()
+        if done > warmup:
+            rate = (done - warmup) * self.global_batch / (time.perf_counter() - started)
+            self.recorder.write("phase", phase="bare", steps=done - warmup, samples_per_second=rate)
         return done
 
     def benchy(self, fresh_batches: Callable[[], Iterator[Any]] | None, step_fn: StepFn) -> None:
