@@ -57,6 +57,8 @@ class GpuMonitor:
     indices: Sequence[int]
     interval_s: float = 0.5
     samples: list[Sample] = field(default_factory=list)
+    error: str = ""
+    """Why sampling stopped early (a query the GPU does not support, as on MIG slices); empty if it did not."""
 
     def __post_init__(self) -> None:
         self._handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
@@ -75,7 +77,11 @@ class GpuMonitor:
         while not self._stop.is_set():
             now = time.monotonic()
             for index, handle in zip(self.indices, self._handles):
-                self.samples.append(self._read(index, handle, now))
+                try:
+                    self.samples.append(self._read(index, handle, now))
+                except self.nvml.NVMLError as exc:
+                    self.error = f"GPU monitoring stopped: NVML query failed on GPU {index} ({exc})"
+                    return
             self._stop.wait(self.interval_s)
 
     def _read(self, index: int, handle: Any, now: float) -> Sample:

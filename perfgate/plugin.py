@@ -224,7 +224,7 @@ class Measurement:
         return [run["metrics"][metric] for run in self.runs if run["metrics"].get(metric) is not None]
 
     def disturbed(self, gated: Sequence[str], floor: float) -> list[int]:
-        """Indices of the runs that any gated metric finds disturbed (see stats.disturbed)."""
+        """The numbers of the runs that any gated metric finds disturbed (see stats.disturbed)."""
         found = set()
         for name in gated:
             runs = [run for run in self.runs if run["metrics"].get(name) is not None]
@@ -392,6 +392,8 @@ class PerfGate:
         if monitor is not None:
             measurement.gpu_samples.extend(window.samples(monitor.samples))
             result["gpu"] = gpu_monitor.summarize(measurement.gpu_samples)
+            if monitor.error:
+                result["gpu_monitor"] = monitor.error
         measurement.runs.append({
             "run": index,
             "metrics": measured,

@@ -12,6 +12,9 @@ from perfgate import gpu_monitor, report
 class FakeNvml:
     """The slice of pynvml the monitor calls, for two GPUs; GPU 1 is throttled by its power cap."""
 
+    class NVMLError(Exception):
+        pass
+
     NVML_CLOCK_SM = 1
     nvmlClocksEventReasonSwPowerCap = 0x4
     nvmlClocksEventReasonHwSlowdown = 0x8
@@ -72,6 +75,20 @@ def test_monitor_samples_every_gpu_from_a_thread_until_stopped():
     first = next(s for s in monitor.samples if s.gpu == 1)
     assert (first.utilization, first.memory_used_bytes, first.power_w, first.sm_clock_mhz, first.throttle) == (
         0.6, 2 * 2**30, 650.0, 1980, ("power cap",))
+
+
+class MigSliceNvml(FakeNvml):
+    """A MIG slice: NVML answers NotSupported for utilisation."""
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        raise self.NVMLError("Not Supported")
+
+
+def test_a_query_the_gpu_does_not_support_stops_the_monitor_with_the_reason_not_the_case():
+    with gpu_monitor.GpuMonitor(MigSliceNvml(), [0], interval_s=0.01) as monitor:
+        time.sleep(0.05)
+    assert monitor.samples == []
+    assert monitor.error == "GPU monitoring stopped: NVML query failed on GPU 0 (Not Supported)"
 
 
 def test_summary_covers_the_window_only_and_reports_the_least_busy_gpu():

@@ -19,7 +19,7 @@ CASES = [
          cpu=Flavour(TINY, steps=8, warmup=2, tolerance=0.4, timeout_s=240, ranks_per_node=1)),
     Case("openclip", "bad-model", ({str(WORKLOAD)!r},), cpu=Flavour({{**TINY, "model": "ViT-Nope"}}, timeout_s=120)),
     Case("openclip", "noise", ({str(WORKLOAD)!r},),
-         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.15, timeout_s=240), version="3"),
+         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.10, timeout_s=240), version="3"),
 ]
 
 @parametrize(CASES)
@@ -177,34 +177,33 @@ def test_gpu_flavour_skips_with_a_reason_without_a_gpu(suite):
 
 def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baseline(suite):
     """The noise case gates what CPU flavours gate by default (steady throughput), with a tolerance derived
-    from 5 baseline runs (floor 15 %); a planted slowdown fails.
+    from 5 baseline runs (floor 10 %); a planted 25 % slowdown (throughput -20 %) fails.
 
-    5 baseline runs keep the median robust to this shared VM's slow episodes; 5 vs 3 runs let the
-    exact rank test reach p = 0.036, so a false alarm needs all 3 runs slower than all 5 baseline runs.
-    The plant is 50 % (throughput -33 %), not 25 %: this VM drifts by up to +-13 % between sessions a
-    minute apart, which once hid a 25 % plant (-20 %) behind a baseline measured in a slow spell. How
-    small a slowdown the gate catches is measured by benchmarks/detection_power.py instead.
+    5 vs 3 runs let the exact rank test reach p = 0.036, so a false alarm needs all 3 runs slower than all
+    5 baseline runs and by more than 10 %; a baseline run caught in a slow spell of the VM is left out and
+    measured again, so it cannot hide the plant. How small a slowdown the gate catches is measured by
+    benchmarks/detection_power.py instead.
     """
     args = ["-k", "noise-cpu", "--perf-repeats", "3", "--perf-max-repeats", "3"]
     run(suite, *args, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
     stored = json.loads(baseline_file(suite, "noise").read_text())
     assert stored["workload_version"] == "3"
     assert list(stored["metrics"]) == ["steady_samples_per_second"]
-    assert stored["metrics"]["steady_samples_per_second"]["tolerance"] >= 0.15
+    assert stored["metrics"]["steady_samples_per_second"]["tolerance"] >= 0.10
 
     unchanged = run(suite, *args)
     unchanged.assert_outcomes(passed=1)
     unchanged.stdout.fnmatch_lines(["*openclip-noise-cpu*steady_samples_per_second*pass*"])
 
-    planted = run(suite, *args, "--perf-inject-slowdown", "0.5")
+    planted = run(suite, *args, "--perf-inject-slowdown", "0.25")
     planted.assert_outcomes(failed=1)
     planted.stdout.fnmatch_lines([
-        "*PLANTED SLOWDOWN 50%*",
+        "*PLANTED SLOWDOWN 25%*",
         "*openclip-noise-cpu*FAIL*",
     ])
     newest = max(suite.path.glob("**/test_clip_noise_cpu_0/result.json"), key=lambda p: p.stat().st_mtime)
     result = json.loads(newest.read_text())
-    assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (0.5, "FAIL", 3)
+    assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (0.25, "FAIL", 3)
     assert len(result["per_run"][0]["step_times_s"]) == 12
     assert json.loads(baseline_file(suite, "noise").read_text()) == stored
 

@@ -73,6 +73,15 @@ def test_unet3d_trains_on_two_gloo_ranks(tmp_path, no_leftovers, loader):
     assert (tmp_path / "volume" / "input.npy").exists()
 
 
+def test_dali_or_apex_asked_for_but_missing_is_a_one_line_usage_error(unet3d, monkeypatch, capsys):
+    monkeypatch.setattr(unet3d.common, "installed", lambda module: False)
+    for option, says in ((["--loader", "dali"], "--loader dali: NVIDIA DALI is not installed"),
+                         (["--optimizer", "apex"], "--optimizer apex: NVIDIA apex is not installed")):
+        with pytest.raises(SystemExit) as exc:
+            unet3d.parse_args(option)
+        assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
 def test_unet3d_has_the_tutorials_shape(unet3d):
     with torch.device("meta"):
         model = unet3d.UNet3D(64)
