@@ -31,12 +31,13 @@ speed drifts over an hour: on the development VM the steady throughput of an unc
 from +2.5 % to -4.5 % of its baseline within 30 minutes (detection run 3), so a 3 % floor cried wolf."""
 DEFAULT_GATED = {
     "gpu": ("samples_per_second", "total_time_secs"),
-    "cpu": ("steady_samples_per_second",),
+    "cpu": ("fastest_step_samples_per_second",),
 }
 """What a case gates unless it says otherwise. A dedicated GPU's steps are steady, so its mean throughput is
-the truth. Shared CPU runners interfere in bursts of seconds that only ever add time: their mean throughput
-moves +-10 % from run to run, while the throughput of the fastest half of the steps moves +-3 % and still
-moves with any change that slows every step (a burst-only regression is left to the GPU flavour)."""
+the truth. Shared CPU runners interfere in bursts that only ever add time: in detection run 4 (a noisy
+hour of the development VM) unchanged runs' mean throughput moved -13 %..+11 % from their baseline, the
+fastest half of the steps -11 %..+8 %, the fastest step -8 %..+7 %, and only the fastest step kept every
+10 % slowdown apart from them. A regression confined to a few steps is left to the GPU flavour."""
 
 
 class RecordSource(Protocol):

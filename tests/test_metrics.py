@@ -79,6 +79,13 @@ def test_steady_throughput_ignores_bursts_of_interference_but_not_a_slower_step(
     assert compute(run(slower), warmup=0).steady_samples_per_second == pytest.approx(64 / 1.1)
 
 
+def test_fastest_step_throughput_is_the_least_disturbed_step_and_moves_with_every_step():
+    bursty = [1.2, 1.0, 1.5, 1.1, 3.0]
+    assert compute(run(bursty), warmup=0).fastest_step_samples_per_second == pytest.approx(64.0)
+    slower = [1.1 * t for t in bursty]
+    assert compute(run(slower), warmup=0).fastest_step_samples_per_second == pytest.approx(64 / 1.1)
+
+
 def test_probe_reading_is_the_slowest_ranks_mean_of_before_and_after():
     probe = {"before": {"matmul_gflops": [80.0, 60.0], "copy_gbps": [10.0, 12.0]},
              "after": {"matmul_gflops": [90.0, 70.0], "copy_gbps": [14.0, 12.0]}}

@@ -176,8 +176,8 @@ def test_gpu_flavour_skips_with_a_reason_without_a_gpu(suite):
 
 
 def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baseline(suite):
-    """The noise case gates what CPU flavours gate by default (steady throughput), with a tolerance derived
-    from 5 baseline runs (floor 10 %); a planted 25 % slowdown (throughput -20 %) fails.
+    """The noise case gates what CPU flavours gate by default (the fastest step's throughput), with a
+    tolerance derived from 5 baseline runs (floor 10 %); a planted 25 % slowdown (throughput -20 %) fails.
 
     5 vs 3 runs let the exact rank test reach p = 0.036, so a false alarm needs all 3 runs slower than all
     5 baseline runs and by more than 10 %; a baseline run caught in a slow spell of the VM is left out and
@@ -188,12 +188,12 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
     run(suite, *args, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
     stored = json.loads(baseline_file(suite, "noise").read_text())
     assert stored["workload_version"] == "3"
-    assert list(stored["metrics"]) == ["steady_samples_per_second"]
-    assert stored["metrics"]["steady_samples_per_second"]["tolerance"] >= 0.10
+    assert list(stored["metrics"]) == ["fastest_step_samples_per_second"]
+    assert stored["metrics"]["fastest_step_samples_per_second"]["tolerance"] >= 0.10
 
     unchanged = run(suite, *args)
     unchanged.assert_outcomes(passed=1)
-    unchanged.stdout.fnmatch_lines(["*openclip-noise-cpu*steady_samples_per_second*pass*"])
+    unchanged.stdout.fnmatch_lines(["*openclip-noise-cpu*fastest_step_samples_per_second*pass*"])
 
     planted = run(suite, *args, "--perf-inject-slowdown", "0.25")
     planted.assert_outcomes(failed=1)
@@ -279,5 +279,5 @@ def test_sleeper(perfgate, case):
     result.stdout.fnmatch_lines(["*1 disturbed run(s) left out and re-measured*"])
     stored = json.loads((pytester.path / "b" / CLASS / "sleeper-steps-cpu.json").read_text())
     assert (pytester.path / "launches").read_text() == "4"
-    assert len(stored["metrics"]["steady_samples_per_second"]["runs"]) == 3
+    assert len(stored["metrics"]["fastest_step_samples_per_second"]["runs"]) == 3
     assert [run["run"] for run in stored["provenance"]["disturbed_runs"]] == [1]
