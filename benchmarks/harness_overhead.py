@@ -27,8 +27,8 @@ from perfgate.launch import LaunchFailed, LaunchSpec, launch  # noqa: E402
 from perfgate.metrics import compute  # noqa: E402
 from perfgate.records import read_records  # noqa: E402
 
-CPU_ARGS = ["--device", "cpu", "--loader", "synthetic", "--workers", "0", "--image-size", "64", "--batch-size", "8",
-            "--steps", "40"]
+CPU_ARGS = ["--device", "cpu", "--precision", "fp32", "--loader", "synthetic", "--workers", "0", "--image-size", "64",
+            "--batch-size", "8", "--steps", "40"]
 
 
 def measure(args: argparse.Namespace, timing: str, run_dir: Path) -> float:

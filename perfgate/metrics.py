@@ -98,6 +98,13 @@ def slowest_rank(probe: dict | None, kernel: str) -> float | None:
     return min((b + a) / 2 for b, a in zip(before, after))
 
 
+def check_finite(records: RunRecords) -> None:
+    """Raises DivergedError at the first step whose loss is NaN or infinite."""
+    bad = next((s.step for s in records.steps if s.loss is not None and not math.isfinite(s.loss)), None)
+    if bad is not None:
+        raise DivergedError(f"loss is not finite from step {bad}: the run diverged, its timing is not a measurement")
+
+
 def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> RunMetrics:
     steps = records.steps
     if warmup < 0:
@@ -107,10 +114,7 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
             f"the run recorded {len(steps)} steps but {warmup} are warm-up: nothing left to measure; "
             "run more steps (--perf-steps) or fewer warm-up steps (--perf-warmup)"
         )
-    losses = [s.loss for s in steps if s.loss is not None]
-    if any(not math.isfinite(loss) for loss in losses):
-        bad = next(s.step for s in steps if s.loss is not None and not math.isfinite(s.loss))
-        raise DivergedError(f"loss is not finite from step {bad}: the run diverged, its timing is not a measurement")
+    check_finite(records)
     window = steps[warmup:]
     window_s = sum(s.step_s for s in window)
     if window_s <= 0:

@@ -373,6 +373,7 @@ class PerfGate:
             with self._gpu_monitor(plan, result) as monitor:
                 launched = launch(spec, on_poll=show_progress)
         except LaunchFailed as failure:
+            self._diverged_first(plan, result, run_dir, index, argv, failure)
             result["verdict"] = failure.kind
             self._fail(result, f"{plan.run.key}: {failure.kind} in run {index + 1}: {failure.message}\n"
                                f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}")
@@ -402,6 +403,20 @@ class PerfGate:
         })
         result["measured"] = measurement.medians()
         result["runs"] = len(measurement.runs)
+
+    def _diverged_first(self, plan: Plan, result: dict[str, Any], run_dir: Path, index: int, argv: list[str],
+                        failure: LaunchFailed) -> None:
+        """A loss that went NaN or infinite before a rank failed is the root cause: ranks fed NaN often abort
+        (seen: gloo's teardown calling std::terminate after a finished NaN run), so the verdict is diverged."""
+        try:
+            metrics.check_finite(plan.run.case.records.read(run_dir))
+        except metrics.DivergedError as exc:
+            result["verdict"] = "diverged"
+            self._fail(result, f"{plan.run.key}: diverged in run {index + 1}: {exc}; then {failure.kind}: "
+                               f"{failure.message.splitlines()[0]}\nconfiguration: {shlex.join(argv)}\n"
+                               f"logs kept in {run_dir}")
+        except (RecordsError, OSError):
+            return
 
     def _judge(self, plan: Plan, result: dict[str, Any], baseline: baselines.Baseline,
                measurement: Measurement) -> dict[str, Any]:

@@ -281,3 +281,42 @@ def test_sleeper(perfgate, case):
     assert (pytester.path / "launches").read_text() == "4"
     assert len(stored["metrics"]["fastest_step_samples_per_second"]["runs"]) == 3
     assert [run["run"] for run in stored["provenance"]["disturbed_runs"]] == [1]
+
+
+NAN_THEN_ABORT = """
+import argparse, os, pathlib, signal
+import torch
+from perfgate.records import StepRecorder
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int)
+parser.add_argument("--records", type=pathlib.Path)
+args = parser.parse_args()
+recorder = StepRecorder(args.records, device_type="cpu")
+recorder.write("start", world_size=1, global_batch=1, device="cpu")
+recorder.begin()
+for step in range(args.steps):
+    recorder.data_ready()
+    loss = torch.tensor(float("nan") if step >= 2 else 1.0)
+    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={"loss": loss})
+recorder.close(peak_memory_bytes=0)
+os.kill(os.getpid(), signal.SIGABRT)
+"""
+
+
+def test_a_rank_that_aborts_after_its_loss_went_nan_is_diverged_not_crashed(pytester):
+    pytester.makepyfile(nan_abort=NAN_THEN_ABORT, test_suite=f"""
+from perfgate.cases import Case, Flavour, parametrize
+
+CASES = [Case("nan", "abort", ({str(pytester.path / 'nan_abort.py')!r},),
+              cpu=Flavour({{}}, steps=5, warmup=1, tolerance=0.5, ranks_per_node=1))]
+
+@parametrize(CASES)
+def test_nan(perfgate, case):
+    perfgate.check(case)
+""")
+    result = pytester.runpytest_subprocess("--baseline-dir", "b", "-p", "no:cacheprovider", "--perf-repeats", "1",
+                                           timeout=300)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*nan-abort-cpu: diverged in run 1: loss is not finite from step 2*"
+                                 "then crashed: rank 0 (node 0, local rank 0) failed: killed by signal SIGABRT*"])

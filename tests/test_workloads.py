@@ -58,7 +58,8 @@ def test_resnet50_trains_on_two_gloo_ranks(tmp_path, no_leftovers):
 def test_bare_timing_records_no_steps_only_the_window_after_warmup(tmp_path, no_leftovers):
     """--timing bare is benchmarks/harness_overhead.py's yardstick: nothing per step, one figure."""
     records = train(tmp_path, "resnet50_train.py", "--image-size", "32", "--batch-size", "4", "--steps", "6",
-                    "--warmup", "2", "--loader", "synthetic", "--workers", "0", "--timing", "bare")
+                    "--warmup", "2", "--loader", "synthetic", "--workers", "0", "--precision", "fp32",
+                    "--timing", "bare")
     assert records.steps == ()
     assert records.phases["bare"]["steps"] == 4 and records.phases["bare"]["samples_per_second"] > 0
     assert records.end["steps_run"] == 6
