@@ -58,3 +58,10 @@ def test_xdist_workers_get_disjoint_gpu_shares():
     assert shares == [["0", "1"], ["2", "3"], ["4", "5"]]
     assert hardware.gpus_for_worker(["0", "1"], 2, 3) == []
     assert hardware.gpus_for_worker(ids, 0, 1) == ids
+
+
+def test_cpu_generation_names_family_model_and_vector_extensions():
+    cpuinfo = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
+               "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 sha_ni\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert hardware.cpu_generation(cpuinfo) == "family 26 model 2 avx2 avx512f avx512_bf16"
+    assert hardware.cpu_generation("") == ""
