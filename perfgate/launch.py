@@ -70,6 +70,8 @@ class LaunchFailed(Exception):
         self.kind = kind
         self.message = message
         self.log_path = log_path
+        self.commands: tuple[tuple[str, ...], ...] = ()
+        """The agents' command lines, as LaunchResult has them (empty if none started)."""
 
 
 RENDEZVOUS_PORTS_FROM = 10000
@@ -151,11 +153,16 @@ def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> 
             commands.append(tuple(command))
             logs.append(log_path)
         _wait(agents, spec, start, on_poll, logs)
+    except LaunchFailed as timed_out:
+        timed_out.commands = tuple(commands)
+        raise
     finally:
         kill_run(agents, run_id)
     codes = [agent.returncode for agent in agents]
     if any(code != 0 for code in codes):
-        raise diagnose_failure(spec, codes, logs)
+        failure = diagnose_failure(spec, codes, logs)
+        failure.commands = tuple(commands)
+        raise failure
     return LaunchResult(time.monotonic() - start, tuple(commands), tuple(logs))
 
 

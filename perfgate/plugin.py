@@ -46,6 +46,10 @@ class StaleBaselineWarning(UserWarning):
     """A case ran significantly faster than its baseline allows: re-measure and review the baseline."""
 
 
+class TeardownFailureWarning(UserWarning):
+    """A run finished and recorded its measurement, then a rank crashed or hung while exiting."""
+
+
 class LowGpuUtilizationWarning(UserWarning):
     """A GPU case kept its GPUs busy less than --perf-min-gpu-util of the window: it measures something else."""
 
@@ -371,15 +375,17 @@ class PerfGate:
 
         try:
             with self._gpu_monitor(plan, result) as monitor:
-                launched = launch(spec, on_poll=show_progress)
+                commands = launch(spec, on_poll=show_progress).commands
         except LaunchFailed as failure:
             self._diverged_first(plan, result, run_dir, index, argv, failure)
-            result["verdict"] = failure.kind
-            self._fail(result, f"{plan.run.key}: {failure.kind} in run {index + 1}: {failure.message}\n"
-                               f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}")
+            if not self._failed_in_teardown(plan, result, run_dir, index, failure):
+                result["verdict"] = failure.kind
+                self._fail(result, f"{plan.run.key}: {failure.kind} in run {index + 1}: {failure.message}\n"
+                                   f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}")
+            commands = failure.commands
         finally:
             self._end_progress()
-        measurement.command = self._portable(shlex.join(launched.commands[0]), run_dir)
+        measurement.command = self._portable(shlex.join(commands[0]), run_dir)
         try:
             records = plan.run.case.records.read(run_dir)
             measured = metrics.compute(records, plan.warmup, plan.world_size).as_dict()
@@ -417,6 +423,27 @@ class PerfGate:
                                f"logs kept in {run_dir}")
         except (RecordsError, OSError):
             return
+
+    @staticmethod
+    def _failed_in_teardown(plan: Plan, result: dict[str, Any], run_dir: Path, index: int,
+                            failure: LaunchFailed) -> bool:
+        """A rank that crashed or hung after the end record failed in teardown, not in what was measured: rank 0
+        writes that record after every rank's last collective (seen in CI: gloo calling std::terminate as a
+        finished run exited). The run's measurement stands, with a warning that names the failure."""
+        if failure.kind not in ("crashed", "timeout"):
+            return False
+        try:
+            finished = plan.run.case.records.read(run_dir).end is not None
+        except (RecordsError, OSError):
+            return False
+        if finished:
+            cause = failure.message.splitlines()[0]
+            result.setdefault("teardown_failures", []).append({"run": index, "kind": failure.kind, "cause": cause})
+            warnings.warn(TeardownFailureWarning(
+                f"{plan.run.key}: run {index + 1} finished its steps and end record, then {failure.kind} in teardown: "
+                f"{cause} The measurement is kept; a rank that cannot exit cleanly is worth a look: logs kept in "
+                f"{run_dir}"))
+        return finished
 
     def _judge(self, plan: Plan, result: dict[str, Any], baseline: baselines.Baseline,
                measurement: Measurement) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Fault injection: each deliberate failure ends as its own class in the verdict, fast, with no process
 left behind and no baseline touched (a small 3D U-Net case on 2 gloo ranks, synthetic data).
 
-Scenarios: crash, SIGKILL, hang, OOM, NaN loss, bad option, missing apex, corrupt baseline, baseline of
+Scenarios: crash, SIGKILL, hang, OOM, NaN loss, a crash in teardown after the run finished, bad option, missing apex, corrupt baseline, baseline of
 another workload version, nothing left to measure, a crash under --update-baselines, Ctrl-C, SIGTERM,
 --nodes larger than the host (and, in test_launch.py, a rendezvous that cannot start).
 """
@@ -23,7 +23,7 @@ from perfgate.cases import Case, Flavour, parametrize
 
 SMALL = {{"device": "cpu", "base-channels": 2, "batch-size": 1, "loader": "synthetic", "workers": 0}}
 FAULTS = {{"crash": "crash@1:2", "kill": "kill@1:2", "hang": "hang@1:2", "oom": "oom@0:2", "nan": "nan@0:2",
-           "none": None, "corrupt": None, "old-version": None}}
+           "none": None, "corrupt": None, "old-version": None, "teardown": "crash@1:end"}}
 CASES = [Case("unet3d", name, ({str(WORKLOAD)!r},),
               cpu=Flavour({{**SMALL, "inject-fault": fault}}, steps=6, warmup=1, tolerance=0.5, timeout_s=45))
          for name, fault in FAULTS.items()]
@@ -103,6 +103,16 @@ def test_each_fault_is_classified_and_explained(outcome, case, verdict, says):
     assert f"unet3d-{case}-cpu" in output and verdict in output
 
 
+def test_a_rank_failing_in_teardown_keeps_the_finished_measurement_with_a_warning(outcome):
+    output, results, _ = outcome
+    result = results["unet3d-teardown-cpu"]
+    assert result["verdict"] == "no-baseline", result.get("message")
+    assert result["measured"]["samples_per_second"] > 0
+    assert result["teardown_failures"] == [
+        {"run": 0, "kind": "crashed", "cause": "rank 1 (node 0, local rank 1) failed: exit code 13."}]
+    assert "TeardownFailureWarning: unet3d-teardown-cpu: run 1 finished its steps and end record, then crashed" in output
+
+
 def test_a_window_of_only_warmup_steps_is_refused_before_launching(outcome):
     output, results, _ = outcome
     assert "unet3d-all-warmup-cpu: 2 warm-up steps leave nothing to measure out of 2" in output
@@ -115,9 +125,9 @@ def test_no_process_of_any_scenario_survives(outcome, suite_dir):
 
 def test_a_healthy_case_still_runs_after_the_faults_and_no_baseline_changed(outcome, suite_dir):
     output, results, before = outcome
-    assert results["unet3d-none-cpu"]["verdict"] == "no-baseline"
+    assert results["unet3d-none-cpu"]["verdict"] == "no-baseline", results["unet3d-none-cpu"].get("message")
     assert baseline_files(suite_dir) == before
-    assert "10 failed" in output and "1 skipped" in output
+    assert "10 failed" in output and "2 skipped" in output
 
 
 def test_a_failed_case_never_becomes_a_baseline(outcome, suite_dir):

@@ -1,5 +1,6 @@
 """The local launcher with real torchrun agents and gloo ranks (small scripts, no model)."""
 
+import sys
 import textwrap
 import time
 
@@ -75,6 +76,7 @@ def test_crashed_rank_is_named_with_exit_code_and_its_log_tail(tmp_path, no_left
     assert "rank 1 (node 0, local rank 1) failed: exit code 3" in failure.value.message
     assert "boom on rank 1" in failure.value.message
     assert failure.value.log_path.name == "stderr.log" and failure.value.log_path.parent.name == "1"
+    assert failure.value.commands[0][:3] == (sys.executable, "-m", "torch.distributed.run")
 
 
 def test_killed_rank_reports_the_signal(tmp_path, no_leftovers):
@@ -87,7 +89,7 @@ def test_hang_times_out_and_kills_the_whole_tree(tmp_path, no_leftovers):
     started = time.monotonic()
     with pytest.raises(LaunchFailed, match="no exit after the 8 s timeout") as failure:
         launch(spec(tmp_path, "hang", timeout_s=8.0))
-    assert failure.value.kind == "timeout"
+    assert failure.value.kind == "timeout" and len(failure.value.commands) == 1
     assert time.monotonic() - started < 8.0 + 2 * KILL_GRACE_S + 2
 
 

@@ -83,6 +83,19 @@ def test_dali_or_apex_asked_for_but_missing_is_a_one_line_usage_error(unet3d, mo
         assert exc.value.code == 2 and says in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text, fault", [("crash@1:3", ("crash", 1, 3)), ("hang@0:end", ("hang", 0, None))])
+def test_an_injected_fault_strikes_at_a_step_or_at_teardown(unet3d, text, fault):
+    parsed = unet3d.common.Fault.parse(text)
+    assert (parsed.kind, parsed.rank, parsed.step) == fault
+
+
+@pytest.mark.parametrize("text", ["nan@1:end", "crash@1", "melt@0:1", "crash@x:1"])
+def test_a_malformed_fault_is_a_usage_error(unet3d, capsys, text):
+    with pytest.raises(SystemExit) as exc:
+        unet3d.parse_args(["--inject-fault", text])
+    assert exc.value.code == 2 and "expected KIND@RANK:STEP" in capsys.readouterr().err
+
+
 def test_unet3d_has_the_tutorials_shape(unet3d):
     with torch.device("meta"):
         model = unet3d.UNet3D(64)

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -90,7 +90,8 @@ def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: 
         help="make the run fail on purpose (to test the harness): crash@R:S exits rank R at step S, kill@R:S "
         "kills it with SIGKILL (as the kernel's OOM killer would), hang@R:S "
         "stops rank R there (its peers wait in the next collective), oom@R:S raises an out-of-memory error, "
-        "nan@R:S feeds rank R NaN inputs from step S on (the loss diverges)",
+        "nan@R:S feeds rank R NaN inputs from step S on (the loss diverges); STEP 'end' strikes after the end "
+        "record, at teardown (crash@1:end: a finished run whose rank then fails to exit cleanly)",
     )
 
 
@@ -259,7 +260,8 @@ class Fault:
 
     kind: str
     rank: int
-    step: int
+    step: int | None
+    """None: at teardown, after the end record (``KIND@RANK:end``)."""
 
     KINDS = ("crash", "kill", "hang", "oom", "nan")
 
@@ -267,20 +269,29 @@ class Fault:
     def parse(cls, text: str) -> "Fault":
         kind, _, where = text.partition("@")
         rank, _, step = where.partition(":")
-        if kind not in cls.KINDS or not rank.isdigit() or not step.isdigit():
+        at_end_ok = step == "end" and kind != "nan"
+        if kind not in cls.KINDS or not rank.isdigit() or not (step.isdigit() or at_end_ok):
             raise argparse.ArgumentTypeError(
-                f"expected KIND@RANK:STEP with KIND one of {', '.join(cls.KINDS)}, e.g. crash@1:3; got {text!r}")
-        return cls(kind, int(rank), int(step))
+                f"expected KIND@RANK:STEP with KIND one of {', '.join(cls.KINDS)} and STEP a number or 'end' "
+                f"(not for nan), e.g. crash@1:3; got {text!r}")
+        return cls(kind, int(rank), None if step == "end" else int(step))
 
     def strike(self, rank: int, step: int, batch: Any) -> Any:
         """Fails here if this is the rank and step; returns the batch (poisoned with NaN for ``nan``)."""
-        if rank != self.rank or step < self.step:
+        if rank != self.rank or self.step is None or step < self.step:
             return batch
         if self.kind == "nan":
             return poisoned(batch)
         if step > self.step:
             return batch
-        message = f"perfgate injected fault: {self.kind} on rank {rank} at step {step}"
+        self._fail(f"perfgate injected fault: {self.kind} on rank {rank} at step {step}")
+
+    def strike_at_end(self, rank: int) -> None:
+        """Fails here, after the run's end record, if this is the rank of an ``end`` fault."""
+        if rank == self.rank and self.step is None:
+            self._fail(f"perfgate injected fault: {self.kind} on rank {rank} at teardown, after the end record")
+
+    def _fail(self, message: str) -> NoReturn:
         print(message, file=sys.stderr, flush=True)
         if self.kind == "crash":
             raise SystemExit(13)
@@ -348,6 +359,8 @@ class Trainer:
         self.recorder.write("probe", before=before, after=after)
         self.benchy(passes if input_pipeline else None, step_fn)
         self.close(steps_run, wall_s)
+        if self.args.inject_fault is not None:
+            self.args.inject_fault.strike_at_end(self.env.rank)
 
     def fit(self, batches: Iterator[Any], step_fn: StepFn) -> int:
         """The measured FULL run: up to ``--steps`` steps; returns how many ran."""
