@@ -2,7 +2,8 @@
 
 A hardware class names what a number can be compared across: GPU model x GPUs per node x nodes
 (``nvidia-a100-sxm4-40gb-x4-n8``), or on CPU the processor model, usable cores and nodes
-(``cpu-amd-epyc-2c-n1``). ``--hardware-class`` overrides the detected name.
+(``cpu-intel-xeon-platinum-8375c-2c-n1``; a VM's bare ``AMD EPYC`` gets its family and model,
+``cpu-amd-epyc-f26m2-2c-n1``). ``--hardware-class`` overrides the detected name.
 """
 
 from __future__ import annotations
@@ -100,7 +101,17 @@ def hardware_class(hardware: Hardware, *, kind: str, per_node: int, nodes: int) 
     """The class of a run of ``kind`` (cpu or gpu) with ``per_node`` GPUs per node over ``nodes`` nodes."""
     if kind == "gpu":
         return f"{slug(hardware.gpu_model or 'gpu')}-x{per_node}-n{nodes}"
-    return f"cpu-{slug(hardware.cpu_model)}-{hardware.cpu_cores}c-n{nodes}"
+    return f"cpu-{cpu_name(hardware)}-{hardware.cpu_cores}c-n{nodes}"
+
+
+def cpu_name(hardware: Hardware) -> str:
+    """The processor's slug; a model name without a model number (a VM's ``AMD EPYC``) gets the family and
+    model (``amd-epyc-f26m2``), since one such name spans generations that train at very different speeds."""
+    name = slug(hardware.cpu_model)
+    generation = re.match(r"family (\d+) model (\d+)", hardware.cpu_generation)
+    if generation is None or re.search(r"\d", name):
+        return name
+    return f"{name}-f{generation[1]}m{generation[2]}"
 
 
 def git_commit(root: Path) -> str:

@@ -29,6 +29,14 @@ def test_cpu_class_is_model_cores_and_nodes():
     assert hardware.hardware_class(hw, kind="cpu", per_node=2, nodes=2) == "cpu-amd-epyc-2c-n2"
 
 
+def test_a_cpu_name_without_a_model_number_gets_family_and_model():
+    generation = "family 26 model 2 avx2 avx512f avx512_bf16"
+    vm = Hardware(cpu_model="AMD EPYC", cpu_cores=2, cpu_generation=generation)
+    assert hardware.hardware_class(vm, kind="cpu", per_node=2, nodes=1) == "cpu-amd-epyc-f26m2-2c-n1"
+    named = Hardware(cpu_model="AMD EPYC 9B45 Processor", cpu_cores=2, cpu_generation=generation)
+    assert hardware.hardware_class(named, kind="cpu", per_node=2, nodes=1) == "cpu-amd-epyc-9b45-2c-n1"
+
+
 def test_cpu_flavour_on_a_gpu_host_is_classed_by_its_cpu():
     hw = Hardware(cpu_model="AMD EPYC", cpu_cores=16, gpu_model="NVIDIA H200", gpu_count=1)
     assert hardware.hardware_class(hw, kind="cpu", per_node=2, nodes=1) == "cpu-amd-epyc-16c-n1"
