@@ -90,6 +90,22 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+CALIBRATION_PROBE = "probe_matmul_gflops"
+"""The machine-speed reading that --perf-calibrate divides by (the slowest rank's matmul rate)."""
+SPEED_UNITS = ("samples/s", "TFLOP/s", "s")
+"""Units of the metrics that move with the machine's speed; memory, FLOPs per sample or shares do not."""
+
+
+def calibrated(metric: str, value: float, probe: float, reference: float) -> float:
+    """``value`` as if the machine had run at the ``reference`` probe reading instead of ``probe``: a rate
+    scales with the machine's speed, a time inversely; other metrics are returned as they are."""
+    info = METRICS[metric]
+    if info.unit not in SPEED_UNITS:
+        return value
+    speedup = reference / probe
+    return value * speedup if info.better == "higher" else value / speedup
+
+
 def slowest_rank(probe: dict | None, kernel: str) -> float | None:
     """The slowest rank's probe reading (mean of before and after the window): DDP steps go at its pace."""
     if not probe:

@@ -105,6 +105,9 @@ class SessionState:
         if judged:
             for line in report.table(report.summary_rows(judged)):
                 terminalreporter.write_line(line)
+            if self.settings.calibrate:
+                terminalreporter.write_line("measured: scaled to the machine speed of each baseline (--perf-calibrate; "
+                                            "the probe's change is in each case's result.json)")
         updated = [r for r in results if r["verdict"] == "updated"]
         if updated:
             terminalreporter.write_line("baselines written (review the diff before committing):")
@@ -451,7 +454,7 @@ class PerfGate:
         run = plan.run
         while True:
             try:
-                verdicts = baselines.judge(baseline, {name: measurement.values(name) for name in baseline.metrics})
+                verdicts = baselines.judge(baseline, self._values(plan, result, baseline, measurement))
             except baselines.BaselineError as exc:
                 self._fail(result, f"{run.key}: {exc}")
             undecided = any(v.outcome == "inconclusive" for v in verdicts)
@@ -462,7 +465,7 @@ class PerfGate:
         result["metrics"] = [self._row(v, outcome) for v, outcome in zip(verdicts, outcomes)]
         planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
                    if self.settings.inject_slowdown else "")
-        details = "\n".join(f"  {v.describe()}" for v in verdicts)
+        details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.get("calibration")))
         context = (f"baseline: {plan.baseline_file}\ncommand: {measurement.command}\n"
                    f"logs kept in {self.workdir}")
         if "FAIL" in outcomes:
@@ -479,6 +482,27 @@ class PerfGate:
             return result
         result["verdict"] = "pass"
         return result
+
+    def _values(self, plan: Plan, result: dict[str, Any], baseline: baselines.Baseline,
+                measurement: Measurement) -> dict[str, list[float]]:
+        """The runs' values of each gated metric; under --perf-calibrate scaled by the baseline's probe over the
+        median probe of these runs. The median, not each run's own: the probe's snapshots around a window track
+        a machine that is slower for hours, but miss or exaggerate a burst of a few seconds in one run."""
+        if not self.settings.calibrate:
+            return {name: measurement.values(name) for name in baseline.metrics}
+        probe = metrics.CALIBRATION_PROBE
+        reference = baseline.provenance.get("measured", {}).get(probe)
+        readings = measurement.values(probe)
+        if not reference:
+            self._fail(result, f"{plan.run.key}: --perf-calibrate needs the machine-speed probe ({probe}) of the "
+                               f"baseline, and {plan.baseline_file} has none: re-measure it with --update-baselines")
+        if len(readings) < len(measurement.runs):
+            self._fail(result, f"{plan.run.key}: --perf-calibrate needs the machine-speed probe ({probe}) of every "
+                               "run, and this workload records none; run it without --perf-calibrate")
+        result["calibration"] = {"probe": probe, "baseline": reference, "runs": readings}
+        now = stats.median(readings)
+        return {name: [metrics.calibrated(name, value, now, reference) for value in measurement.values(name)]
+                for name in baseline.metrics}
 
     def _flag_idle_gpus(self, result: dict[str, Any]) -> None:
         gpu, floor = result.get("gpu"), self.settings.min_gpu_util
@@ -672,6 +696,15 @@ class PerfGate:
             else:
                 terminal.ensure_newline()
                 terminal.write_line(line)
+
+
+def calibration_note(calibration: dict[str, Any] | None) -> list[str]:
+    """The line that says a verdict compared calibrated values, and by how much the machine had moved."""
+    if not calibration:
+        return []
+    now, then = stats.median(calibration["runs"]), calibration["baseline"]
+    return [f"  calibrated (--perf-calibrate): values scaled by the machine-speed probe, {calibration['probe']} "
+            f"{now:.4g} now vs {then:.4g} for the baseline ({now / then - 1:+.1%})"]
 
 
 def machine_speed(baseline: baselines.Baseline, measurement: Measurement) -> str:

@@ -1,9 +1,10 @@
 """Fault injection: each deliberate failure ends as its own class in the verdict, fast, with no process
 left behind and no baseline touched (a small 3D U-Net case on 2 gloo ranks, synthetic data).
 
-Scenarios: crash, SIGKILL, hang, OOM, NaN loss, a crash in teardown after the run finished, bad option, missing apex, corrupt baseline, baseline of
-another workload version, nothing left to measure, a crash under --update-baselines, Ctrl-C, SIGTERM,
---nodes larger than the host (and, in test_launch.py, a rendezvous that cannot start).
+Scenarios: crash, SIGKILL, hang, OOM, NaN loss, a crash in teardown after the run finished, bad option,
+missing apex, corrupt baseline, baseline of another workload version, nothing left to measure, a crash under
+--update-baselines, Ctrl-C, SIGTERM, --nodes larger than the host (and, in test_launch.py, a rendezvous that
+cannot start).
 """
 
 import json

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from perfgate.metrics import MetricsError, compute, percentile
+from perfgate.metrics import MetricsError, calibrated, compute, percentile
 from perfgate.records import RunRecords, StepRecord
 
 
@@ -93,3 +93,11 @@ def test_probe_reading_is_the_slowest_ranks_mean_of_before_and_after():
     metrics = compute(records, warmup=0)
     assert metrics.probe_matmul_gflops == 65.0 and metrics.probe_copy_gbps == 12.0
     assert compute(run([1.0, 1.0]), warmup=0).probe_matmul_gflops is None
+
+
+def test_calibration_scales_rates_up_and_times_down_on_a_slower_machine_and_leaves_the_rest():
+    slower = {"probe": 80.0, "reference": 100.0}
+    assert calibrated("fastest_step_samples_per_second", 40.0, **slower) == pytest.approx(50.0)
+    assert calibrated("total_time_secs", 125.0, **slower) == pytest.approx(100.0)
+    assert calibrated("peak_memory_bytes", 1e9, **slower) == 1e9
+    assert calibrated("samples_per_second", 40.0, probe=100.0, reference=100.0) == 40.0

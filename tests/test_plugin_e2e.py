@@ -320,3 +320,79 @@ def test_nan(perfgate, case):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*nan-abort-cpu: diverged in run 1: loss is not finite from step 2*"
                                  "then crashed: rank 0 (node 0, local rank 0) failed: killed by signal SIGABRT*"])
+
+
+MACHINE_OF_SOME_SPEED = """
+import argparse, os, pathlib, time
+import torch
+from perfgate.records import StepRecorder
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int)
+parser.add_argument("--records", type=pathlib.Path)
+args, _ = parser.parse_known_args()
+speed = float(os.environ["MACHINE_SPEED"])
+recorder = StepRecorder(args.records, device_type="cpu")
+recorder.write("start", world_size=1, global_batch=1, device="cpu")
+recorder.begin()
+for step in range(args.steps):
+    recorder.data_ready()
+    time.sleep(0.02 / speed)
+    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={"loss": torch.tensor(1.0)})
+reading = {"matmul_gflops": [100.0 * speed], "copy_gbps": [10.0 * speed]}
+recorder.write("probe", before=reading, after=reading)
+recorder.close(peak_memory_bytes=0)
+"""
+
+
+def test_calibration_excuses_a_slower_machine_that_the_absolute_gate_fails(pytester, monkeypatch):
+    """The same code on a machine 20 % slower (its steps and its probe alike): a regression in absolute terms,
+    no change once scaled by the probe."""
+    pytester.makepyfile(machine=MACHINE_OF_SOME_SPEED, test_suite=f"""
+from perfgate.cases import Case, Flavour, parametrize
+
+CASES = [Case("machine", "sleep", ({str(pytester.path / 'machine.py')!r},),
+              cpu=Flavour({{}}, steps=10, warmup=2, tolerance=0.06, ranks_per_node=1))]
+
+@parametrize(CASES)
+def test_machine(perfgate, case):
+    perfgate.check(case)
+""")
+
+    def gate(speed, *args):
+        monkeypatch.setenv("MACHINE_SPEED", str(speed))
+        return pytester.runpytest_subprocess(*PINNED, *args, timeout=300)
+
+    repeats = ["--perf-repeats", "3", "--perf-max-repeats", "3"]
+    gate(1.0, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
+    absolute = gate(0.8, *repeats)
+    absolute.assert_outcomes(failed=1)
+    absolute.stdout.fnmatch_lines(["*probe_matmul_gflops 80 vs 100 (-20.0%)*"])
+    calibrated = gate(0.8, *repeats, "--perf-calibrate")
+    calibrated.assert_outcomes(passed=1)
+    calibrated.stdout.fnmatch_lines(["*measured: scaled to the machine speed of each baseline (--perf-calibrate*"])
+    results = [json.loads(path.read_text()) for path in pytester.path.rglob("result.json")]
+    calibration = next(r["calibration"] for r in results if r.get("calibration"))
+    assert calibration["baseline"] == 100.0 and calibration["runs"] == [80.0] * len(calibration["runs"])
+
+
+def test_calibration_without_a_probe_in_the_baseline_says_to_re_measure(pytester, monkeypatch):
+    pytester.makepyfile(sleeper=SECOND_LAUNCH_SLOW, test_suite=f"""
+from perfgate.cases import Case, Flavour, parametrize
+
+CASES = [Case("sleeper", "steps", ({str(pytester.path / 'sleeper.py')!r},),
+              cpu=Flavour({{"step-s": 0.01}}, steps=6, warmup=1, tolerance=0.5, ranks_per_node=1))]
+
+@parametrize(CASES)
+def test_sleeper(perfgate, case):
+    perfgate.check(case)
+""")
+    baseline = pytester.path / "b" / CLASS / "sleeper-steps-cpu.json"
+    baseline.parent.mkdir(parents=True)
+    baseline.write_text(json.dumps({
+        "schema": 1, "case": "sleeper-steps-cpu", "hardware_class": CLASS, "workload_version": "1",
+        "metrics": {"samples_per_second": {"value": 50.0, "better": "higher", "tolerance": 0.5}}}))
+    result = pytester.runpytest_subprocess(*PINNED, "--perf-calibrate", "--perf-repeats", "1", timeout=300)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*--perf-calibrate needs the machine-speed probe (probe_matmul_gflops) of the "
+                                 "baseline, and *sleeper-steps-cpu.json has none: re-measure it with --update-baselines*"])
