@@ -110,10 +110,10 @@ OPTIONS = (
            "others at the base point), not only the representative default subset"),
     Option("--perf-min-gpu-util", "min_gpu_util", "flag a GPU case whose mean GPU utilisation (NVML, over the "
            "measured window, the least busy GPU) is below this fraction (default: 0.9)", fraction, 0.9, "FRACTION"),
-    Option("--perf-calibrate", "calibrate", "judge each run relative to the machine's speed at the time: scale its "
-           "rates and times by the machine-speed probe (matmul GFLOP/s of the slowest rank) of the baseline over its "
-           "own, so a slower hour of a shared runner is not called a regression of the code (default: absolute, as "
-           "a check of the machine itself needs)"),
+    Option("--perf-calibrate", "calibrate", "judge the code relative to the machine's speed at the time: scale the "
+           "runs' rates and times by the baseline's machine-speed probe (matmul GFLOP/s of the slowest rank) over "
+           "the runs' median probe, so a slower hour of a shared runner is not called a regression (default: "
+           "absolute, as a check of the machine itself needs)"),
     Option("--force-baseline-update", "force_baseline_update", "let --update-baselines overwrite a baseline "
            "measured on other hardware, for another workload version, or a published reference"),
 )
