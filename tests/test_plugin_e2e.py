@@ -236,6 +236,20 @@ def test_update_refuses_a_baseline_from_other_hardware_or_workload_version(suite
     assert not list(suite.path.glob("**/test_clip_*/**/agent0.log"))
 
 
+def one_case_suite(pytester, module, source, workload, name, flavour):
+    """A suite of one CPU case ``<workload>-<name>`` whose workload is ``source``, written as ``<module>.py``;
+    ``flavour`` is the source of the Flavour's arguments."""
+    pytester.makepyfile(**{module: source}, test_suite=f"""
+from perfgate.cases import Case, Flavour, parametrize
+
+CASES = [Case({workload!r}, {name!r}, ({str(pytester.path / f'{module}.py')!r},), cpu=Flavour({flavour}))]
+
+@parametrize(CASES)
+def test_case(perfgate, case):
+    perfgate.check(case)
+""")
+
+
 SECOND_LAUNCH_SLOW = """
 import argparse, pathlib, time
 import torch
@@ -263,16 +277,8 @@ recorder.close(peak_memory_bytes=0)
 def test_a_disturbed_baseline_run_is_left_out_and_measured_again(pytester):
     """The second of 3 baseline launches runs 3x slower (as in a slow spell of the machine): it is left out,
     one more launch replaces it, and the file lists it under provenance.disturbed_runs."""
-    pytester.makepyfile(sleeper=SECOND_LAUNCH_SLOW, test_suite=f"""
-from perfgate.cases import Case, Flavour, parametrize
-
-CASES = [Case("sleeper", "steps", ({str(pytester.path / 'sleeper.py')!r},),
-              cpu=Flavour({{"step-s": 0.02}}, steps=10, warmup=2, tolerance_floor=0.06, ranks_per_node=1))]
-
-@parametrize(CASES)
-def test_sleeper(perfgate, case):
-    perfgate.check(case)
-""")
+    one_case_suite(pytester, "sleeper", SECOND_LAUNCH_SLOW, "sleeper", "steps",
+                   '{"step-s": 0.02}, steps=10, warmup=2, tolerance_floor=0.06, ranks_per_node=1')
     result = pytester.runpytest_subprocess("--baseline-dir", "b", "--hardware-class", CLASS, "-p", "no:cacheprovider",
                                            "--update-baselines", "--perf-baseline-repeats", "3", timeout=300)
     result.assert_outcomes(passed=1)
@@ -305,16 +311,8 @@ os.kill(os.getpid(), signal.SIGABRT)
 
 
 def test_a_rank_that_aborts_after_its_loss_went_nan_is_diverged_not_crashed(pytester):
-    pytester.makepyfile(nan_abort=NAN_THEN_ABORT, test_suite=f"""
-from perfgate.cases import Case, Flavour, parametrize
-
-CASES = [Case("nan", "abort", ({str(pytester.path / 'nan_abort.py')!r},),
-              cpu=Flavour({{}}, steps=5, warmup=1, tolerance=0.5, ranks_per_node=1))]
-
-@parametrize(CASES)
-def test_nan(perfgate, case):
-    perfgate.check(case)
-""")
+    one_case_suite(pytester, "nan_abort", NAN_THEN_ABORT, "nan", "abort",
+                   "{}, steps=5, warmup=1, tolerance=0.5, ranks_per_node=1")
     result = pytester.runpytest_subprocess("--baseline-dir", "b", "-p", "no:cacheprovider", "--perf-repeats", "1",
                                            timeout=300)
     result.assert_outcomes(failed=1)
@@ -348,16 +346,8 @@ recorder.close(peak_memory_bytes=0)
 def test_calibration_excuses_a_slower_machine_that_the_absolute_gate_fails(pytester, monkeypatch):
     """The same code on a machine 20 % slower (its steps and its probe alike): a regression in absolute terms,
     no change once scaled by the probe."""
-    pytester.makepyfile(machine=MACHINE_OF_SOME_SPEED, test_suite=f"""
-from perfgate.cases import Case, Flavour, parametrize
-
-CASES = [Case("machine", "sleep", ({str(pytester.path / 'machine.py')!r},),
-              cpu=Flavour({{}}, steps=10, warmup=2, tolerance=0.06, ranks_per_node=1))]
-
-@parametrize(CASES)
-def test_machine(perfgate, case):
-    perfgate.check(case)
-""")
+    one_case_suite(pytester, "machine", MACHINE_OF_SOME_SPEED, "machine", "sleep",
+                   "{}, steps=10, warmup=2, tolerance=0.06, ranks_per_node=1")
 
     def gate(speed, *args):
         monkeypatch.setenv("MACHINE_SPEED", str(speed))
@@ -377,16 +367,8 @@ def test_machine(perfgate, case):
 
 
 def test_calibration_without_a_probe_in_the_baseline_says_to_re_measure(pytester, monkeypatch):
-    pytester.makepyfile(sleeper=SECOND_LAUNCH_SLOW, test_suite=f"""
-from perfgate.cases import Case, Flavour, parametrize
-
-CASES = [Case("sleeper", "steps", ({str(pytester.path / 'sleeper.py')!r},),
-              cpu=Flavour({{"step-s": 0.01}}, steps=6, warmup=1, tolerance=0.5, ranks_per_node=1))]
-
-@parametrize(CASES)
-def test_sleeper(perfgate, case):
-    perfgate.check(case)
-""")
+    one_case_suite(pytester, "sleeper", SECOND_LAUNCH_SLOW, "sleeper", "steps",
+                   '{"step-s": 0.01}, steps=6, warmup=1, tolerance=0.5, ranks_per_node=1')
     baseline = pytester.path / "b" / CLASS / "sleeper-steps-cpu.json"
     baseline.parent.mkdir(parents=True)
     baseline.write_text(json.dumps({
