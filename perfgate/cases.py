@@ -142,6 +142,9 @@ class Case:
     """The workload's planted-slowdown option; None when it has none (upstream programs)."""
     family: str | None = None
     """Cases of one family differ only in DDP size; the report shows their scaling."""
+    later_runs_args: tuple[str, ...] = ("--no-count-flops",)
+    """Flags for every launch of the case after its first, which skip what is measured once per case (the
+    workload's FLOP count; the flavour's benchy phases likewise run in the first launch only)."""
 
 
 @dataclass(frozen=True)
@@ -171,11 +174,12 @@ class CaseRun:
         return f"{self.case.workload}-{self.id}"
 
     def argv(self, workdir: Path, steps: int | None, world_size: int, warmup: int = 0,
-             inject_slowdown: float = 0.0, benchy: bool = False) -> list[str]:
-        """The workload's command line; ``benchy`` adds the flavour's IO/SYNTHETIC phases."""
+             inject_slowdown: float = 0.0, first_run: bool = True) -> list[str]:
+        """The workload's command line; the case's first run adds the flavour's IO/SYNTHETIC phases, later runs
+        ``later_runs_args``."""
         flavour = self.flavour
         args = dict(flavour.args)
-        if benchy and flavour.benchy_steps:
+        if first_run and flavour.benchy_steps:
             args["benchy-steps"] = flavour.benchy_steps
         if steps is not None:
             args.update(self.case.steps_args(steps, world_size, args.get("batch-size")))
@@ -183,7 +187,8 @@ class CaseRun:
             args.update({"target-ci": flavour.target_ci, "min-steps": flavour.min_steps or warmup + 10,
                          "warmup": warmup})
         planted = [self.case.inject_flag, str(inject_slowdown)] if inject_slowdown and self.case.inject_flag else []
-        return [*self.case.entry, *to_flags(args), *self.case.records.args(workdir), *planted]
+        later = [] if first_run else list(self.case.later_runs_args)
+        return [*self.case.entry, *to_flags(args), *self.case.records.args(workdir), *planted, *later]
 
 
 def to_flags(args: Mapping[str, Any]) -> list[str]:

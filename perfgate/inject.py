@@ -1,52 +1,114 @@
-"""A planted slowdown, to prove the gate catches one (``--perf-inject-slowdown``).
+"""A planted slowdown, to prove the gate catches one (``--perf-inject-slowdown F``).
 
-Each step is stretched by ``fraction`` of its own duration: on CPU the step sleeps that long on the
-host; on GPU the device spins (``torch.cuda._sleep``) for that long, sized from the last step time
-the recorder resolved, so the host never waits for the device. Imports torch only on GPU.
+Every step is made longer by F times its natural duration, whatever bounds the loop. A training step
+has two timelines, the host's (Python, kernel launches, the input pipeline) and, on GPU, the device
+stream's; the step takes as long as the busier one. So the delay goes on both: the device stream
+spins for it (``torch.cuda._sleep``), then the host sleeps for it. A GPU-bound loop waits out the spin,
+a host-bound one the sleep, and the spin overlaps the sleep instead of adding to it. On an H100 a
+spin alone planted 3 % and measured +1.4 % in a loop whose GPU was 90 % busy: the spin filled gaps
+the GPU idled through anyway.
+
+A step's natural duration is the median of the last few resolved steps with what was planted in them
+taken out, so nothing waits for the device to find it and the plant does not compound. Only rank 0
+plants: the other ranks wait for it at the next gradient all-reduce, as they would for any slow rank.
+Imports torch only on GPU.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from typing import Callable
+from collections import deque
+from typing import Any, Callable, Sequence
+
+
+class DeviceSpin:
+    """Keeps the current CUDA stream busy for a time: ``torch.cuda._sleep`` spins a number of SM clock cycles.
+
+    Cycles per second are calibrated once (one synchronize, before the first planted delay), then
+    corrected from each spin's own CUDA events once the device has passed them, without a synchronize:
+    the SM clock moves with power and temperature (an H100 under a long run sits at its power cap).
+    """
+
+    CALIBRATION_CYCLES = 50_000_000
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._cycles_per_s: float | None = None
+        self._pending: deque[tuple[int, Any, Any]] = deque()
+
+    def __call__(self, seconds: float) -> None:
+        cycles_per_s = self._cycles_per_s or self._calibrate()
+        self._learn()
+        cycles = max(1, int(seconds * cycles_per_s))
+        start, end = self._event(), self._event()
+        start.record()
+        self._torch.cuda._sleep(cycles)
+        end.record()
+        self._pending.append((cycles, start, end))
+
+    def _event(self) -> Any:
+        return self._torch.cuda.Event(enable_timing=True)
+
+    def _calibrate(self) -> float:
+        start, end = self._event(), self._event()
+        start.record()
+        self._torch.cuda._sleep(self.CALIBRATION_CYCLES)
+        end.record()
+        end.synchronize()
+        self._cycles_per_s = self.CALIBRATION_CYCLES / (start.elapsed_time(end) / 1000.0)
+        return self._cycles_per_s
+
+    def _learn(self) -> None:
+        """Averages in the clock rate of every spin the device has finished since the last call."""
+        while self._pending and self._pending[0][2].query():
+            cycles, start, end = self._pending.popleft()
+            seconds = start.elapsed_time(end) / 1000.0
+            if seconds > 0 and self._cycles_per_s:
+                self._cycles_per_s = 0.5 * self._cycles_per_s + 0.5 * cycles / seconds
 
 
 class SlowdownInjector:
-    def __init__(self, fraction: float, device_type: str, last_step_s: Callable[[], float | None]) -> None:
+    """Plants ``fraction`` of each step's natural duration in that step; call ``pause`` once per step, after
+    the step's work is queued and before its end is marked."""
+
+    RECENT_STEPS = 5
+    """How many resolved steps the natural step duration is the median of."""
+
+    def __init__(self, fraction: float, device_type: str, step_times: Sequence[float], *,
+                 host_sleep: Callable[[float], None] = time.sleep,
+                 device_spin: Callable[[float], None] | None = None) -> None:
+        """``step_times``: the recorder's resolved step times, a list that grows as steps resolve (empty on
+        ranks that record nothing, which then plant nothing)."""
         if fraction < 0:
             raise ValueError(f"slowdown fraction must be >= 0, got {fraction}")
         self.fraction = fraction
-        self._device_type = device_type
-        self._last_step_s = last_step_s
-        self._step_started = time.perf_counter()
-        self._cycles_per_s: float | None = None
+        self._step_times = step_times
+        self._host_sleep = host_sleep
+        self._device_spin = device_spin
+        if device_spin is None and device_type == "cuda" and fraction > 0:
+            self._device_spin = DeviceSpin()
+        self.planted: list[float] = []
+        """Seconds planted in each step so far, in step order."""
 
-    def step_started(self) -> None:
-        self._step_started = time.perf_counter()
+    def natural_step_s(self) -> float | None:
+        """The median of the last resolved steps, less what was planted in each; None before any resolved."""
+        resolved = len(self._step_times)
+        if not resolved:
+            return None
+        recent = range(max(0, resolved - self.RECENT_STEPS), resolved)
+        return statistics.median(self._step_times[i] - self.planted[i] for i in recent)
 
     def pause(self) -> None:
-        """Adds the planted delay; call after the step's work is queued, before its end is marked."""
         if self.fraction <= 0:
             return
-        if self._device_type != "cuda":
-            time.sleep(self.fraction * (time.perf_counter() - self._step_started))
+        natural = self.natural_step_s()
+        delay = self.fraction * natural if natural else 0.0
+        self.planted.append(delay)
+        if delay <= 0:
             return
-        reference = self._last_step_s()
-        if reference:
-            import torch
-
-            torch.cuda._sleep(int(self.fraction * reference * self._gpu_cycles_per_s()))
-
-    def _gpu_cycles_per_s(self) -> float:
-        """Calibrates the device spin once (one synchronize, before the first planted delay)."""
-        if self._cycles_per_s is None:
-            import torch
-
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            cycles = 50_000_000
-            start.record()
-            torch.cuda._sleep(cycles)
-            end.record()
-            end.synchronize()
-            self._cycles_per_s = cycles / (start.elapsed_time(end) / 1000.0)
-        return self._cycles_per_s
+        if self._device_spin is not None:
+            self._device_spin(delay)
+        self._host_sleep(delay)

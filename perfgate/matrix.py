@@ -52,9 +52,12 @@ class Axis:
         return (self.apply or set_arg(self.name.replace("_", "-")))(flavour, value)
 
 
-DDP_AXIS = Axis("ddp", (1, 2, 4, 8), label="ddp{}",
+DDP_AXIS = Axis("ddp", (None, 1, 2, 4, 8), label={None: "", 1: "ddp1", 2: "ddp2", 4: "ddp4", 8: "ddp8"},
                 apply=lambda flavour, ranks: dataclasses.replace(flavour, ranks_per_node=ranks))
-"""DDP ranks per node: the scaling axis."""
+"""DDP ranks per node: the scaling axis. None, the default cases' value, is the host's own size: one rank per
+visible GPU (so ``pytest -m gpu`` runs every default case on a runner of 1, 2, 4 or 8 GPUs, judged per
+hardware class, which counts the GPUs) and 2 gloo ranks on CPU. Its id leaves the size out; the sizes
+1-8 are the full matrix's scaling family."""
 
 
 @dataclass(frozen=True)

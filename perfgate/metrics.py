@@ -164,3 +164,23 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         io_samples_per_second=records.phases.get("io", {}).get("samples_per_second"),
         synthetic_samples_per_second=records.phases.get("synthetic", {}).get("samples_per_second"),
     )
+
+
+def time_accounting(records: RunRecords, warmup: int, launched_at: float, finished_at: float) -> dict[str, float] | None:
+    """Where one launch's wall-clock time went, in seconds: start-up (launch to the first step: torchrun,
+    imports, model build, FLOP count, compile set-up), warm-up steps, the measured window, after the window
+    (machine-speed probe, benchy phases, end record) and teardown (end record to every process gone).
+    None when the records carry no timestamps (upstream logs, older records)."""
+    steps, end = records.steps, records.end or {}
+    if not steps or steps[-1].t is None or end.get("t") is None:
+        return None
+    first_started = steps[-1].t - sum(s.step_s for s in steps)  # steps chain end to end; the last one is flushed
+    window = steps[warmup:]
+    return {
+        "startup_s": round(first_started - launched_at, 3),
+        "warmup_s": round(sum(s.step_s for s in steps[:warmup]), 3),
+        "window_s": round(sum(s.step_s for s in window), 3),
+        "after_window_s": round(float(end["t"]) - steps[-1].t, 3),
+        "teardown_s": round(finished_at - float(end["t"]), 3),
+        "total_s": round(finished_at - launched_at, 3),
+    }

@@ -61,8 +61,8 @@ class SessionState:
         self.settings = settings
         self.root = root
         self.results: list[dict[str, Any]] = []
-        self.left_out = 0
-        """Full-matrix cases deselected because --full-matrix was not given."""
+        self.left_out: dict[str, int] = {}
+        """Cases deselected by mark (full_matrix, slow) because their option was not given."""
         self._hardware: hardware.Hardware | None = None
         self._nvml: tuple[Any, str] | None = None
 
@@ -78,22 +78,24 @@ class SessionState:
         return self._nvml
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        if self.settings.full_matrix:
-            return
-        left_out = [item for item in items if item.get_closest_marker("full_matrix")]
-        if left_out:
-            config.hook.pytest_deselected(items=left_out)
-            items[:] = [item for item in items if not item.get_closest_marker("full_matrix")]
-            self.left_out = len(left_out)
+        for mark, wanted in (("full_matrix", self.settings.full_matrix), ("slow", self.settings.slow)):
+            left_out = [] if wanted else [item for item in items if item.get_closest_marker(mark)]
+            if left_out:
+                config.hook.pytest_deselected(items=left_out)
+                items[:] = [item for item in items if not item.get_closest_marker(mark)]
+                self.left_out[mark] = len(left_out)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
             self.results.extend(value for name, value in report.user_properties if name == PROPERTY)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.left_out:
-            terminalreporter.write_line(f"perfgate: {self.left_out} full-matrix case(s) deselected; "
+        if self.left_out.get("full_matrix"):
+            terminalreporter.write_line(f"perfgate: {self.left_out['full_matrix']} full-matrix case(s) deselected; "
                                         "--full-matrix runs them")
+        if self.left_out.get("slow"):
+            terminalreporter.write_line(f"perfgate: {self.left_out['slow']} slow case(s) deselected (hours each); "
+                                        "--perf-slow runs them, --perf-steps N shortens them")
         if not self.results:
             return
         results = sorted(self.results, key=lambda r: r["case"])
@@ -226,6 +228,8 @@ class Measurement:
     command: str = ""
     gpu_samples: list[gpu_monitor.Sample] = field(default_factory=list)
     """NVML samples taken during the runs' measured windows."""
+    flops: dict[str, Any] | None = None
+    """The FLOP count of the case's first run, which later runs skip (Case.later_runs_args)."""
 
     def values(self, metric: str) -> list[float]:
         return [run["metrics"][metric] for run in self.runs if run["metrics"].get(metric) is not None]
@@ -359,7 +363,7 @@ class PerfGate:
         index = len(measurement.runs)
         run_dir = self.workdir / f"run{index}"
         argv = plan.run.argv(run_dir, plan.steps, plan.world_size, plan.warmup, self.settings.inject_slowdown,
-                             benchy=index == 0)
+                             first_run=index == 0)
         if argv[0] != "-m":
             argv[0] = str((self.state.root / argv[0]).resolve())
         spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv)
@@ -376,6 +380,7 @@ class PerfGate:
             window.saw(len(new_steps))
             progress.update(new_steps, elapsed)
 
+        launched_at = time.time()
         try:
             with self._gpu_monitor(plan, result) as monitor:
                 commands = launch(spec, on_poll=show_progress).commands
@@ -388,9 +393,13 @@ class PerfGate:
             commands = failure.commands
         finally:
             self._end_progress()
+        finished_at = time.time()
         measurement.command = self._portable(shlex.join(commands[0]), run_dir)
         try:
             records = plan.run.case.records.read(run_dir)
+            if records.flops is None:
+                records = dataclasses.replace(records, flops=measurement.flops)
+            measurement.flops = records.flops
             measured = metrics.compute(records, plan.warmup, plan.world_size).as_dict()
         except metrics.DivergedError as exc:
             result["verdict"] = "diverged"
@@ -409,6 +418,7 @@ class PerfGate:
             "metrics": measured,
             "step_times_s": [s.step_s for s in records.steps],
             "data_times_s": [s.data_s for s in records.steps],
+            "time_s": metrics.time_accounting(records, plan.warmup, launched_at, finished_at),
         })
         result["measured"] = measurement.medians()
         result["runs"] = len(measurement.runs)

@@ -1,7 +1,8 @@
 """Step records: the contract between a workload (writer) and the plugin (reader).
 
 A workload's rank 0 appends one JSON object per line to a records file: a ``start`` record
-(run facts), one ``step`` record per optimizer step, and an ``end`` record (peak memory); optionally
+(run facts), one ``step`` record per optimizer step, and an ``end`` record (peak memory), each stamped with
+the wall-clock time it was written (``t``, for the launch's time accounting); optionally
 a ``flops`` record (training FLOPs per sample), a ``probe`` record (the machine's speed right before
 and after the measured window, see workloads/machine_probe.py) and ``phase`` records (benchy's IO and
 SYNTHETIC throughputs, measured after the steps).
@@ -30,6 +31,8 @@ class StepRecord:
     data_s: float
     loss: float | None = None
     lr: float | None = None
+    t: float | None = None
+    """Wall-clock time (``time.time()``) when rank 0 wrote the record, once the step was done."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ def step_from_dict(obj: dict[str, Any], source: str = "records") -> StepRecord:
             data_s=float(obj["data_s"]),
             loss=None if obj.get("loss") is None else float(obj["loss"]),
             lr=None if obj.get("lr") is None else float(obj["lr"]),
+            t=None if obj.get("t") is None else float(obj["t"]),
         )
     except KeyError as exc:
         raise RecordsError(f"{source}: step record without field {exc.args[0]!r}: {obj}") from None
@@ -222,8 +226,9 @@ class StepRecorder:
         return self._file is not None
 
     def write(self, kind: str, **facts: Any) -> None:
+        """Appends one record, stamped with the wall-clock time it was written (``t``)."""
         if self._file is not None:
-            self._file.write(json.dumps({"kind": kind, **facts}) + "\n")
+            self._file.write(json.dumps({"kind": kind, "t": time.time(), **facts}) + "\n")
             self._file.flush()
 
     def begin(self) -> None:
@@ -262,10 +267,17 @@ class StepRecorder:
             self.step_times.append(step_s)
             names, host = pending.scalars
             values = dict(zip(names, (float(v) for v in host.tolist())))
-            record = StepRecord(pending.step, pending.samples, step_s, pending.data_s, values.get("loss"), pending.lr)
+            record = StepRecord(pending.step, pending.samples, step_s, pending.data_s, values.get("loss"), pending.lr,
+                                time.time())
             self.write("step", **asdict(record))
             if self._on_step is not None:
                 self._on_step(record, values)
+
+    def flush(self) -> None:
+        """Writes the steps still in flight, waiting once for the device: call when the window is over, so the
+        last step's timestamp is when it ended, not when the run closed."""
+        if self.active:
+            self._resolve(block=True)
 
     def close(self, **end_facts: Any) -> None:
         """Writes the steps still in flight (one wait for the device) and the end record."""

@@ -108,6 +108,9 @@ OPTIONS = (
            "the tolerance (default: warn that the baseline is stale)"),
     Option("--full-matrix", "full_matrix", "run every case of the workload matrices (each axis value with the "
            "others at the base point), not only the representative default subset"),
+    Option("--perf-slow", "slow", "also run the cases marked slow, which take hours on their target hardware "
+           "(the full MMoCLIP benchmark: 3.2 M samples, about 2 h on one H100); --perf-steps N shortens them to N "
+           "steps (default: they are deselected, as the summary says)"),
     Option("--perf-min-gpu-util", "min_gpu_util", "flag a GPU case whose mean GPU utilisation (NVML, over the "
            "measured window, the least busy GPU) is below this fraction (default: 0.9)", fraction, 0.9, "FRACTION"),
     Option("--perf-calibrate", "calibrate", "judge the code relative to the machine's speed at the time: scale the "
@@ -137,6 +140,7 @@ class Settings:
     inject_slowdown: float = 0.0
     fail_stale: bool = False
     full_matrix: bool = False
+    slow: bool = False
     min_gpu_util: float = 0.9
     calibrate: bool = False
     force_baseline_update: bool = False

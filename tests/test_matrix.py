@@ -39,7 +39,8 @@ def test_full_matrix_is_default_subset_plus_one_knob_at_a_time_and_combos():
     cases = by_name(matrix(combos=({"precision": "amp", "compile": True},)).cases())
     sweeps = {"amp-torch-w1-bucket25-ddp2", "fp32-dali-w1-bucket25-ddp2", "fp32-torch-w4-bucket25-ddp2",
               "fp32-torch-w1-bucket100-ddp2", "fp32-torch-w1-bucket25-ddp1", "fp32-torch-w1-bucket25-ddp4",
-              "fp32-torch-w1-bucket25-ddp8", "fp32-torch-w1-bucket25-ddp2-compile"}
+              "fp32-torch-w1-bucket25-ddp8", "fp32-torch-w1-bucket25-ddp2-compile",
+              "fp32-torch-w1-bucket25"}  # the host's own DDP size
     defaults = {"fp32-torch-w1-bucket25-ddp2", "amp-dali-w4-bucket100-ddp2"}
     assert set(cases) == defaults | sweeps | {"amp-torch-w1-bucket25-ddp2-compile"}
     full = {name for name, case in cases.items() if any(m.name == "full_matrix" for m in case.marks)}
@@ -106,6 +107,37 @@ def test_full_matrix_cases_are_deselected_unless_asked_for(pytester):
     result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines(["*test_w?fp32-cpu? PASSED*", "*1 full-matrix case(s) deselected; --full-matrix runs them*"])
     pytester.runpytest("-p", "perfgate.plugin", "--full-matrix").assert_outcomes(passed=2)
+
+
+def test_slow_cases_run_only_when_asked_for(pytester):
+    """The full MMoCLIP benchmark takes about 2 hours on one H100: a plain `pytest -m gpu` must not start it."""
+    pytester.makepyfile(test_s="""
+        import pytest
+
+        @pytest.mark.slow
+        def test_hours():
+            pass
+
+        def test_minutes():
+            pass
+    """)
+    result = pytester.runpytest("-p", "perfgate.plugin", "-v")
+    result.assert_outcomes(passed=1, deselected=1)
+    result.stdout.fnmatch_lines(["*test_minutes PASSED*",
+                                 "*1 slow case(s) deselected (hours each); --perf-slow runs them, --perf-steps N "
+                                 "shortens them*"])
+    pytester.runpytest("-p", "perfgate.plugin", "--perf-slow").assert_outcomes(passed=2)
+
+
+def test_default_ddp_size_is_the_hosts_own_and_stays_out_of_the_id():
+    """One rank per visible GPU (2 gloo ranks on CPU) for the default cases; explicit sizes are the scaling family."""
+    cases = by_name(matrix(base={"precision": "fp32", "loader": "torch", "workers": 1, "bucket_cap_mb": 25,
+                                 "ddp": None, "compile": False}, default=({},)).cases())
+    default = cases["fp32-torch-w1-bucket25"]
+    assert default.cpu.ranks_per_node is None and not any(m.name == "full_matrix" for m in default.marks)
+    assert cases["fp32-torch-w1-bucket25-ddp2"].cpu.ranks_per_node == 2
+    assert {cases[f"fp32-torch-w1-bucket25{size}"].family for size in ("", "-ddp1", "-ddp8")} == {
+        "unet3d-fp32-torch-w1-bucket25"}
 
 
 def test_the_suite_matrices_expand_to_readable_unique_ids():

@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from perfgate import metrics
 from perfgate.metrics import MetricsError, calibrated, compute, percentile
 from perfgate.records import RunRecords, StepRecord
 
@@ -101,3 +102,13 @@ def test_calibration_scales_rates_up_and_times_down_on_a_slower_machine_and_leav
     assert calibrated("total_time_secs", 125.0, **slower) == pytest.approx(100.0)
     assert calibrated("peak_memory_bytes", 1e9, **slower) == 1e9
     assert calibrated("samples_per_second", 40.0, probe=100.0, reference=100.0) == 40.0
+
+
+def test_time_accounting_splits_a_launch_into_startup_warmup_window_after_and_teardown():
+    """Launched at 100 s; three steps of 1 s end at 110 s, so the first began at 107 s; end record at 113 s."""
+    steps = tuple(StepRecord(step=i, samples=8, step_s=1.0, data_s=0.0, t=108.0 + i) for i in range(3))
+    records = RunRecords(start={"t": 101.0}, steps=steps, end={"t": 113.0})
+    assert metrics.time_accounting(records, warmup=1, launched_at=100.0, finished_at=115.5) == {
+        "startup_s": 7.0, "warmup_s": 1.0, "window_s": 2.0, "after_window_s": 3.0, "teardown_s": 2.5,
+        "total_s": 15.5}
+    assert metrics.time_accounting(RunRecords(steps=steps), 1, 100.0, 115.5) is None

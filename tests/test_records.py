@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ def test_recorder_chains_step_times_and_writes_start_steps_end(tmp_path):
     path = tmp_path / "steps.jsonl"
     seen = []
     recorder = StepRecorder(path, device_type="cpu", on_step=lambda record, scalars: seen.append(scalars))
+    before = time.time()
     recorder.write("start", world_size=2)
     recorder.begin()
     for step in range(3):
@@ -18,8 +20,10 @@ def test_recorder_chains_step_times_and_writes_start_steps_end(tmp_path):
                           scalars={"loss": torch.tensor(2.0 - step), "logit_scale": torch.tensor(14.0)})
     recorder.close(peak_memory_bytes=42)
     records = read_records(path)
+    assert records.start.pop("t") >= before and records.end.pop("t") >= records.steps[-1].t
     assert records.start == {"world_size": 2}
     assert [s.step for s in records.steps] == [0, 1, 2]
+    assert before <= records.steps[0].t <= records.steps[1].t <= records.steps[2].t
     assert [s.loss for s in records.steps] == [2.0, 1.0, 0.0]
     assert all(s.step_s >= s.data_s >= 0 for s in records.steps)
     assert records.end == {"peak_memory_bytes": 42}

@@ -5,6 +5,7 @@ with gathered gradients, gradient checkpointing, one log line per step. Its scor
 is parsed from rank 0's log as the benchmark does. The published result (<= 1260 s on 8 nodes x 4
 A100-SXM4-40GB) is the reference baseline `baselines/nvidia-a100-sxm4-40gb-x4-n8/mmoclip-vit-l-14-gpu.json`.
 GPU only: upstream cannot train multi-process on CPU (it passes device_ids=[cpu] to DDP).
+Marked slow (3.2 M samples: about 2 hours on one H100), so it runs only with `--perf-slow`;
 `--perf-steps N` shortens it to N steps (train-num-samples = N x global batch).
 """
 
@@ -40,6 +41,7 @@ MMOCLIP = Case(
     records=OpenClipLog("logs/mmoclip/out.log"),
     steps_args=samples_for,
     marks=(pytest.mark.slow, pytest.mark.multinode),
+    later_runs_args=(),
 )
 
 

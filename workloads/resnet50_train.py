@@ -36,6 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--precision", choices=common.PRECISIONS, default="amp")
     parser.add_argument("--loader", choices=common.LOADERS, default="torch", help="input pipeline")
     parser.add_argument("--optimizer", choices=common.OPTIMIZERS, default="default", help="SGD implementation")
+    parser.set_defaults(optimizer_family="sgd")
     parser.add_argument("--image-size", type=int, default=224, help="training crop side (default: %(default)s)")
     parser.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True,
                         help="NHWC memory format for the model and its inputs")
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = sgd_as_ngc(model, base_lr, args.optimizer)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
     autocast = common.autocast_for(args.precision, env.device)
-    scaler = torch.amp.GradScaler(env.device.type) if args.precision == "amp" else None
+    scaler = common.grad_scaler(args.precision, env.device)
     passes = make_batches(args, env, args.steps + args.benchy_steps + 2)
 
     def loss_of(net: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

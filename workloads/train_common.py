@@ -4,7 +4,7 @@ step loop and the benchy-style IO / SYNTHETIC phases.
 A workload builds its model, data and one training step; ``Trainer`` runs that step under the same
 rules everywhere: rank 0 records each step with ``perfgate.records.StepRecorder`` (CUDA events
 resolved late on GPU, never a per-step synchronize), a planted slowdown is applied between the
-step's work and its end marker, and the adaptive stop is agreed by all ranks. After the measured
+step's work and its end marker (see perfgate.inject), and the adaptive stop is agreed by all ranks. After the measured
 FULL window, ``--benchy-steps N`` times the data loader alone (IO) and the step on one cached batch
 (SYNTHETIC), as the SC21 tutorial's benchy does, so the report can say what bounds the throughput.
 
@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import machine_probe
+import torch_compat
 from perfgate import flops, stats
 from perfgate.inject import SlowdownInjector
 from perfgate.records import StepRecorder
@@ -52,7 +53,8 @@ def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: 
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
     parser.add_argument(
         "--sync-buffers", action=argparse.BooleanOptionalAction, default=True,
-        help="DDP forward_sync_buffers (broadcast buffers from rank 0 every forward)",
+        help="DDP broadcasts buffers from rank 0 every forward (forward_sync_buffers; broadcast_buffers before "
+        "torch had it)",
     )
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
                         help="torch.compile the model")
@@ -74,6 +76,11 @@ def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: 
         "--benchy-steps", type=int, default=0, metavar="N",
         help="after training, time N batches of the loader alone (IO) and N steps on one cached batch "
         "(SYNTHETIC); 0 skips them",
+    )
+    parser.add_argument(
+        "--count-flops", action=argparse.BooleanOptionalAction, default=True,
+        help="count training FLOPs per sample once before training (a 'flops' record, for TFLOP/s and MFU); "
+        "perfgate counts them in a case's first launch only",
     )
     parser.add_argument(
         "--timing", choices=("steps", "bare"), default="steps",
@@ -105,7 +112,7 @@ def installed(module: str) -> bool:
 
 def common_problems(args: argparse.Namespace) -> list[str]:
     """Everything wrong with the shared arguments, as messages naming the option."""
-    problems = []
+    problems = [why for why in [torch_compat.too_old()] if why]
     for name in ("batch_size", "steps"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -134,6 +141,11 @@ def common_problems(args: argparse.Namespace) -> list[str]:
         problems.append("--cuda-graphs needs a CUDA device")
     if getattr(args, "precision", None) == "amp" and not cuda:
         problems.append("--precision amp (fp16 autocast + GradScaler) needs a CUDA device; use amp_bf16 on CPU")
+    family = getattr(args, "optimizer_family", None)
+    if getattr(args, "optimizer", None) == "fused" and family is not None:
+        why = torch_compat.fused_unsupported(OPTIMIZER_CLASSES[family], torch.device("cuda" if cuda else "cpu"))
+        if why:
+            problems.append(f"--optimizer fused: {why}; use --optimizer default")
     if getattr(args, "optimizer", None) == "apex" and not installed("apex.optimizers"):
         problems.append("--optimizer apex: NVIDIA apex is not installed (it is not on PyPI: build it from "
                         "https://github.com/NVIDIA/apex with nvcc), or use --optimizer fused")
@@ -161,7 +173,8 @@ def init_distributed(device_arg: str) -> Distributed:
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+    dist.init_process_group(backend="nccl" if use_cuda else "gloo",
+                            **torch_compat.process_group_device(device if use_cuda else None))
     return Distributed(device, dist.get_rank(), local_rank, dist.get_world_size())
 
 
@@ -184,7 +197,7 @@ def wrap_ddp(model: torch.nn.Module, env: Distributed, args: argparse.Namespace)
         model,
         device_ids=[env.device.index] if env.cuda else None,
         bucket_cap_mb=args.bucket_cap_mb,
-        forward_sync_buffers=args.sync_buffers,
+        **torch_compat.ddp_buffer_sync(args.sync_buffers),
     )
 
 
@@ -197,6 +210,10 @@ def compiled(module: torch.nn.Module, args: argparse.Namespace) -> torch.nn.Modu
     return module
 
 
+OPTIMIZER_CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+"""The optimizer families the workloads train with (a workload's ``optimizer_family``)."""
+
+
 def make_optimizer(kind: str, family: str, params: Iterable[Any], **hyper: Any) -> torch.optim.Optimizer:
     """``family`` adam/adamw/sgd in the implementation ``kind`` (see OPTIMIZERS)."""
     if kind == "apex":
@@ -205,12 +222,39 @@ def make_optimizer(kind: str, family: str, params: Iterable[Any], **hyper: Any) 
         if family == "sgd":
             return apex_optimizers.FusedSGD(params, **hyper)
         return apex_optimizers.FusedAdam(params, adam_w_mode=family == "adamw", **hyper)
-    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[family]
-    return cls(params, fused=True, **hyper) if kind == "fused" else cls(params, **hyper)
+    cls = OPTIMIZER_CLASSES[family]
+    if kind != "fused":
+        return cls(params, **hyper)
+    optimizer = cls(params, fused=True, **hyper)
+    if family == "sgd":
+        zero_momentum_buffers(optimizer)
+    return optimizer
 
 
-def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
-                      scaler: torch.amp.GradScaler | None) -> None:
+def zero_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
+    """Gives fused SGD zeroed momentum buffers before its first step.
+
+    torch's fused SGD allocates the buffers with ``empty_like`` and fills them in its first step; when the
+    GradScaler skips that step (fp16 gradients overflowed, as they do at the first steps of a fresh
+    loss scale), the kernel returns early and the buffers keep whatever memory they got. The next real
+    step then adds that garbage to the update: ResNet-50 on an H100 went NaN at step 3. With zeroed
+    buffers and no dampening, the first real step gives ``buf = grad``, exactly the first-step rule.
+    """
+    for group in optimizer.param_groups:
+        if not group["momentum"]:
+            continue
+        if group["dampening"]:
+            raise ValueError("zeroed momentum buffers equal fused SGD's first step only without dampening")
+        for param in group["params"]:
+            optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param)
+
+
+def grad_scaler(precision: str, device: torch.device) -> Any:
+    """fp16 AMP's GradScaler; None for every other precision."""
+    return torch_compat.grad_scaler(device.type) if precision == "amp" else None
+
+
+def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
     """``loss.backward()`` and ``optimizer.step()``, through the GradScaler when fp16 AMP has one."""
     if scaler is None:
         loss.backward()
@@ -298,7 +342,7 @@ class Fault:
         if self.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if self.kind == "oom":
-            raise torch.OutOfMemoryError(f"{message} (as if the device ran out of memory)")
+            raise torch_compat.OutOfMemoryError(f"{message} (as if the device ran out of memory)")
         while True:
             time.sleep(3600)
 
@@ -321,7 +365,7 @@ class Trainer:
         self.args, self.env, self.global_batch = args, env, global_batch
         self.recorder = StepRecorder(args.records if env.rank == 0 else None, device_type=env.device.type,
                                      on_step=on_step)
-        self.injector = SlowdownInjector(args.inject_slowdown, env.device.type, lambda: self.recorder.last_step_s)
+        self.injector = SlowdownInjector(args.inject_slowdown, env.device.type, self.recorder.step_times)
         self.adaptive = AdaptiveStop(args, self.recorder)
         self.lr: Callable[[], float | None] = lambda: None
         self.last_batch: Any = None
@@ -336,8 +380,11 @@ class Trainer:
             injected_slowdown=args.inject_slowdown, **facts,
         )
 
-    def count_flops(self, model: torch.nn.Module, step: Callable[[], torch.Tensor], samples: int) -> float:
-        """Training FLOPs per sample (forward + backward of ``step``'s loss), written as a ``flops`` record."""
+    def count_flops(self, model: torch.nn.Module, step: Callable[[], torch.Tensor], samples: int) -> float | None:
+        """Training FLOPs per sample (forward + backward of ``step``'s loss), written as a ``flops`` record;
+        None under ``--no-count-flops``."""
+        if not self.args.count_flops:
+            return None
         per_sample = flops.training_flops(step) / samples
         model.zero_grad(set_to_none=True)
         self.recorder.write("flops", flops_per_sample=per_sample, counted_on_samples=samples)
@@ -367,7 +414,6 @@ class Trainer:
         recorder, injector = self.recorder, self.injector
         done = 0
         recorder.begin()
-        injector.step_started()
         for step in range(self.args.steps):
             try:
                 batch = next(batches)
@@ -379,10 +425,10 @@ class Trainer:
             scalars = step_fn(step, batch)
             injector.pause()
             recorder.end_step(step, samples=self.global_batch, data_s=data_s, lr=self.lr(), scalars=scalars)
-            injector.step_started()
             done = step + 1
             if self.adaptive.should_stop(done):
                 break
+        recorder.flush()
         self.last_batch = batch if done else None
         return done
 

@@ -40,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--precision", choices=common.PRECISIONS, default="fp32")
     parser.add_argument("--loader", choices=common.LOADERS, default="torch", help="input pipeline")
     parser.add_argument("--optimizer", choices=common.OPTIMIZERS, default="default", help="Adam implementation")
+    parser.set_defaults(optimizer_family="adam")
     parser.add_argument("--base-channels", type=int, default=64, help="width of the first level (64: ~117 M parameters)")
     parser.add_argument("--volume", type=int, default=128, help="side of the synthetic volume on disk (default: %(default)s)")
     parser.add_argument("--data-dir", type=Path,
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     global_batch = args.batch_size * env.world_size
     optimizer = common.make_optimizer(args.optimizer, "adam", model.parameters(), lr=args.lr)
     autocast = common.autocast_for(args.precision, env.device)
-    scaler = torch.amp.GradScaler(env.device.type) if args.precision == "amp" else None
+    scaler = common.grad_scaler(args.precision, env.device)
     passes = make_batches(args, env, paths, args.steps + args.benchy_steps + 2)
 
     def loss_of(net: nn.Module, inp: torch.Tensor, tar: torch.Tensor) -> torch.Tensor:

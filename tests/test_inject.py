@@ -1,0 +1,119 @@
+"""The planted slowdown lengthens a step by what it says, whether the host or the device bounds the loop."""
+
+import statistics
+import time
+
+import pytest
+import torch
+
+from perfgate.inject import SlowdownInjector
+from perfgate.records import StepRecorder
+
+FRACTIONS = (0.03, 0.05, 0.10, 0.25)
+
+
+class Pipeline:
+    """A training loop's two timelines, simulated: each step costs the host ``host_s`` to issue and the device
+    ``device_s`` to run, in order, once issued. The host runs at most ``ahead`` steps ahead of the device (as a
+    caching allocator or a bounded launch queue holds it), and with ``sync`` waits for the device every step (a
+    ``loss.item()``). A step ends at its end marker, which the device passes once everything before it ran."""
+
+    def __init__(self, host_s: float, device_s: float, *, sync: bool = False, ahead: int = 2) -> None:
+        self.host_s, self.device_s, self.sync, self.ahead = host_s, device_s, sync, ahead
+        self.host = self.device = 0.0
+        self.markers: list[float] = []
+        self.step_times: list[float] = []
+
+    def host_sleep(self, seconds: float) -> None:
+        self.host += seconds
+
+    def device_spin(self, seconds: float) -> None:
+        self.device = max(self.device, self.host) + seconds
+
+    def run(self, steps: int, fraction: float) -> list[float]:
+        injector = SlowdownInjector(fraction, "cuda", self.step_times, host_sleep=self.host_sleep,
+                                    device_spin=self.device_spin)
+        for step in range(steps):
+            if step >= self.ahead:
+                self.host = max(self.host, self.markers[step - self.ahead])
+            self.host += self.host_s
+            self.device = max(self.device, self.host) + self.device_s
+            if self.sync:
+                self.host = max(self.host, self.device)
+            injector.pause()
+            self.markers.append(max(self.device, self.host))
+            self._resolve()
+        return [b - a for a, b in zip([0.0, *self.markers], self.markers)]
+
+    def _resolve(self) -> None:
+        """Step times become known once the device has passed their marker (an event query), never sooner."""
+        while len(self.step_times) < len(self.markers) and self.markers[len(self.step_times)] <= self.host:
+            index = len(self.step_times)
+            self.step_times.append(self.markers[index] - (self.markers[index - 1] if index else 0.0))
+
+
+LOOPS = {
+    "host-bound": dict(host_s=0.010, device_s=0.006),
+    "device-bound": dict(host_s=0.004, device_s=0.010),
+    "device busy 90 %": dict(host_s=0.009, device_s=0.010),
+    "synchronized each step": dict(host_s=0.005, device_s=0.008, sync=True),
+}
+
+
+@pytest.mark.parametrize("fraction", FRACTIONS)
+@pytest.mark.parametrize("loop", LOOPS)
+def test_planted_slowdown_is_faithful_whatever_bounds_the_loop(loop, fraction):
+    steps, warmup = 60, 10
+    natural = statistics.fmean(Pipeline(**LOOPS[loop]).run(steps, 0.0)[warmup:])
+    planted = statistics.fmean(Pipeline(**LOOPS[loop]).run(steps, fraction)[warmup:])
+    assert natural / planted == pytest.approx(1 / (1 + fraction), abs=0.01)
+
+
+def test_a_device_spin_alone_is_absorbed_by_a_host_bound_loop():
+    """Why the host sleeps too: the H100 run's spin-only plant of 3 % measured +1.4 % (a faster step)."""
+
+    class SpinOnly(Pipeline):
+        def host_sleep(self, seconds: float) -> None:
+            pass
+
+    natural = statistics.fmean(Pipeline(**LOOPS["host-bound"]).run(60, 0.0)[10:])
+    spun = statistics.fmean(SpinOnly(**LOOPS["host-bound"]).run(60, 0.25)[10:])
+    assert spun == pytest.approx(natural, rel=0.01)
+
+
+def test_the_natural_step_leaves_out_what_was_planted_so_the_plant_does_not_compound():
+    times = [0.5, 0.12, 0.12, 0.12, 0.12, 0.12, 0.12]
+    injector = SlowdownInjector(0.2, "cpu", times, host_sleep=lambda s: None)
+    injector.planted = [0.0, 0.02, 0.02, 0.02, 0.02, 0.02, 0.02]
+    assert injector.natural_step_s() == pytest.approx(0.10)
+    injector.pause()
+    assert injector.planted[-1] == pytest.approx(0.02)
+
+
+def test_nothing_is_planted_before_a_step_resolved_or_at_fraction_zero():
+    slept = []
+    first = SlowdownInjector(0.1, "cpu", [], host_sleep=slept.append)
+    first.pause()
+    SlowdownInjector(0.0, "cpu", [0.1], host_sleep=slept.append).pause()
+    assert slept == [] and first.planted == [0.0]
+    with pytest.raises(ValueError, match=">= 0"):
+        SlowdownInjector(-0.1, "cpu", [])
+
+
+@pytest.mark.parametrize("fraction", FRACTIONS)
+def test_a_real_cpu_loop_runs_slower_by_the_planted_fraction(tmp_path, fraction):
+    """The real thing on the host clock: steps of 20 ms timed by the StepRecorder, with and without the plant."""
+    loss = {"loss": torch.zeros(())}
+
+    def median_step(planted: float) -> float:
+        recorder = StepRecorder(tmp_path / f"steps-{planted}.jsonl", device_type="cpu")
+        injector = SlowdownInjector(planted, "cpu", recorder.step_times)
+        recorder.begin()
+        for step in range(24):
+            time.sleep(0.02)
+            injector.pause()
+            recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars=loss)
+        recorder.close()
+        return statistics.median(recorder.step_times[4:])
+
+    assert median_step(0.0) / median_step(fraction) == pytest.approx(1 / (1 + fraction), abs=0.01)
