@@ -1,12 +1,15 @@
 # make perf: the perf suite on this machine (CPU flavour without a GPU). make test: the harness's tests.
-# Both create or reuse the virtual environment in $(VENV) first; only python3 and make are needed.
+# make test-floor: the workload smoke tests and one gate case on the oldest supported torch (CI runs it too).
+# Each creates or reuses its virtual environment first; only python3 and make are needed.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perfgate-installed
+FLOOR_VENV ?= .venv-floor
+FLOOR_STAMP := $(FLOOR_VENV)/.perfgate-installed
 PYTEST_ARGS ?=
 
-.PHONY: perf test venv clean
+.PHONY: perf test test-floor venv clean
 
 venv: $(STAMP)
 
@@ -17,11 +20,21 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+$(FLOOR_STAMP): requirements-floor.txt constraints-floor.txt pyproject.toml
+	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(FLOOR_VENV)/bin/python -m pip install --quiet -r requirements-floor.txt -c constraints-floor.txt
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	touch $(FLOOR_STAMP)
+
 perf: $(STAMP)
 	$(BIN)/python -m pytest tests_perf $(PYTEST_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
+test-floor: $(FLOOR_STAMP)
+	$(FLOOR_VENV)/bin/python -m pytest tests -m floor $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(FLOOR_VENV) .pytest_cache build *.egg-info

@@ -9,6 +9,7 @@ import torch
 from perfgate.inject import SlowdownInjector
 from perfgate.records import StepRecorder
 
+pytestmark = pytest.mark.floor
 FRACTIONS = (0.03, 0.05, 0.10, 0.25)
 
 

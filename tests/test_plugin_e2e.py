@@ -51,6 +51,7 @@ def scale(baseline, metric, factor):
     entry["runs"] = [v * factor for v in entry["runs"]]
 
 
+@pytest.mark.floor
 def test_missing_baseline_update_pass_and_regression(suite):
     """Tolerance 40 %: the pass survives a loaded machine; against a baseline twice as good the total
     time is ~+100 %, so the regression is caught whatever the load."""

@@ -19,8 +19,8 @@ MATRIX = Matrix(
           "ddp": None, "optimizer": "default", "compile": False, "cuda_graphs": False, "batch": 1},
     cpu=Flavour({"device": "cpu", "base-channels": 8, "batch-size": 2, "volume": 128}, steps=16, warmup=4,
                 tolerance_floor=CPU_TOLERANCE_FLOOR, timeout_s=300, benchy_steps=6),
-    gpu=Flavour({"device": "cuda", "base-channels": 64, "batch-size": 64, "volume": 256}, steps=60, warmup=10,
-                tolerance_floor=0.02, timeout_s=1800, benchy_steps=20),
+    gpu=Flavour({"device": "cuda", "base-channels": 64, "batch-size": 64, "volume": 256}, steps=30, warmup=5,
+                tolerance_floor=0.02, timeout_s=1800, benchy_steps=10),
     default=({}, {"loader": "dali"}),
     combos=(
         {"loader": "dali", "workers": 4, "ddp": 1},

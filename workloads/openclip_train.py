@@ -21,10 +21,10 @@ import argparse
 import logging
 import math
 import sys
+from typing import NoReturn
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, default_collate
 
 import open_clip
@@ -126,7 +126,7 @@ def make_passes(args: argparse.Namespace, env: common.Distributed, dataset: Synt
     return lambda: (on_device(batch, env.device) for batch in loader)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATEFMT, stream=sys.stderr)
     env = common.init_distributed(args.device)
@@ -205,9 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     trainer.run(ddp_model, passes, train_step, input_pipeline=args.loader != "synthetic")
-    dist.destroy_process_group()
-    return 0
+    common.leave_without_teardown()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

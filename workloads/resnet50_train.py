@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
+from typing import NoReturn
 
 import torch
-import torch.distributed as dist
 import torchvision
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
@@ -127,7 +126,7 @@ def make_batches(args: argparse.Namespace, env: common.Distributed, batches: int
     return lambda: (on_device(images, labels) for images, labels in loader)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     args = parse_args(argv)
     env = common.init_distributed(args.device)
     torch.manual_seed(args.seed + env.rank)
@@ -167,9 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"loss": loss}
 
     trainer.run(ddp_model, passes, train_step, input_pipeline=args.loader != "synthetic")
-    dist.destroy_process_group()
-    return 0
+    common.leave_without_teardown()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

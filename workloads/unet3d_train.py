@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
+from typing import NoReturn
 import tempfile
 from pathlib import Path
 
@@ -172,7 +172,7 @@ def make_batches(args: argparse.Namespace, env: common.Distributed, paths: tuple
     return lambda: (on_device(inp, tar) for inp, tar in loader)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     args = parse_args(argv)
     env = common.init_distributed(args.device)
     torch.manual_seed(args.seed)
@@ -212,9 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"loss": loss}
 
     trainer.run(ddp_model, passes, train_step, input_pipeline=args.loader != "synthetic")
-    dist.destroy_process_group()
-    return 0
+    common.leave_without_teardown()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
