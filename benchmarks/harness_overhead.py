@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -31,11 +32,11 @@ CPU_ARGS = ["--device", "cpu", "--precision", "fp32", "--loader", "synthetic", "
             "--batch-size", "8", "--steps", "40"]
 
 
-def measure(args: argparse.Namespace, timing: str, run_dir: Path) -> float:
+def measure(args: argparse.Namespace, timing: str, run_dir: Path, extra: Sequence[str] = ()) -> float:
     """Global samples/s of one launch: perfgate's window metric, or the bare loop's own figure."""
     records = run_dir / "steps.jsonl"
     entry = [str(args.workload), *(args.workload_args or CPU_ARGS), "--warmup", str(args.warmup),
-             "--timing", timing, "--records", str(records)]
+             "--timing", timing, "--records", str(records), *extra]
     spec = LaunchSpec(entry=entry, workdir=run_dir, procs_per_node=args.nproc, timeout_s=args.timeout,
                       env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     launch(spec)

@@ -1,0 +1,73 @@
+"""Is the planted slowdown what it says? One workload launched with --inject-slowdown F for several F,
+interleaved with unplanted launches, and the measured throughput set against 1 / (1 + F).
+
+    python benchmarks/planted_slowdown.py                        # CPU: ResNet-50 synthetic, 2 gloo ranks
+    python benchmarks/planted_slowdown.py --nproc 1 -- --device cuda --precision amp --batch-size 256 \\
+        --image-size 224 --steps 120                             # one GPU, the NGC case (GPU 90 % busy)
+
+Each round launches F = 0 and every planted size once, in a shuffled order, so a drift of the machine falls
+on all alike; a size's measured ratio is the median over rounds of its throughput over the same round's
+unplanted throughput. perfgate's promise: within 1 percentage point of 1 / (1 + F), on CPU and GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from harness_overhead import CPU_ARGS, REPO, measure
+
+from perfgate.launch import LaunchFailed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", type=Path, default=REPO / "workloads" / "resnet50_train.py")
+    parser.add_argument("--sizes", type=float, nargs="+", default=[0.03, 0.05, 0.10, 0.25])
+    parser.add_argument("--rounds", type=int, default=3, help="launches per size (default %(default)s)")
+    parser.add_argument("--nproc", type=int, default=2, help="ranks (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=5, help="steps before the measured window")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per launch")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "planted_slowdown.json")
+    parser.add_argument("workload_args", nargs="*",
+                        help=f"the workload's options (after --); default: {' '.join(CPU_ARGS)}")
+    args = parser.parse_args()
+
+    shuffle = random.Random(args.seed).shuffle
+    ratios: dict[float, list[float]] = {size: [] for size in args.sizes}
+    with tempfile.TemporaryDirectory(prefix="perfgate-planted-") as scratch:
+        for round_ in range(args.rounds):
+            order = [0.0, *args.sizes]
+            shuffle(order)
+            try:
+                rate = {size: measure(args, "steps", Path(scratch) / f"r{round_}-{size}",
+                                      ["--inject-slowdown", str(size)] if size else []) for size in order}
+            except LaunchFailed as exc:
+                sys.exit(f"launch failed ({exc.kind}): {exc.message}")
+            for size in args.sizes:
+                ratios[size].append(rate[size] / rate[0.0])
+            print(f"[round {round_ + 1}/{args.rounds}] " + ", ".join(
+                f"{size:g}: {rate[size]:.2f}" for size in order) + " samples/s", flush=True)
+
+    print("| planted | expected throughput | measured throughput (median) | off by | rounds |")
+    print("|---|---|---|---|---|")
+    rows = []
+    for size in args.sizes:
+        expected, measured = 1 / (1 + size), statistics.median(ratios[size])
+        rows.append({"planted": size, "expected": expected, "measured": measured, "ratios": ratios[size]})
+        print(f"| {size:.0%} | {expected - 1:+.1%} | {measured - 1:+.1%} | {100 * (measured - expected):+.1f} "
+              f"points | {len(ratios[size])} |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"workload": str(args.workload), "workload_args": args.workload_args or CPU_ARGS,
+                                    "nproc": args.nproc, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
