@@ -216,6 +216,8 @@ class StepRecorder:
             self._torch = torch
         self._clock = clock or (_CudaClock(self._torch) if self._cuda else _WallClock())
         self._pending: list[_PendingStep] = []
+        self._spare_pinned: list[Any] = []
+        """Pinned host buffers of resolved steps, reused: the device has passed their copies."""
         self.step_times: list[float] = []
         self.last_step_s: float | None = None
         self._last_end: Any = None
@@ -248,13 +250,21 @@ class StepRecorder:
         names = list(scalars)
         stacked = self._torch.stack([scalars[name].detach().float().reshape(()) for name in names])
         if self._cuda:
-            host = self._torch.empty(len(names), dtype=self._torch.float32, pin_memory=True)
+            host = self._pinned_buffer(len(names))
             host.copy_(stacked, non_blocking=True)
         else:
             host = stacked
         self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host)))
         self._data_started = time.perf_counter()
         self._resolve(block=False)
+
+    def _pinned_buffer(self, size: int) -> Any:
+        """A pinned buffer for one step's scalars: a spare one once steps resolve, so a step allocates nothing."""
+        while self._spare_pinned:
+            buffer = self._spare_pinned.pop()
+            if buffer.numel() == size:
+                return buffer
+        return self._torch.empty(size, dtype=self._torch.float32, pin_memory=True)
 
     def _resolve(self, block: bool) -> None:
         while self._pending and (block or self._clock.done(self._pending[0].end_marker)):
@@ -267,6 +277,8 @@ class StepRecorder:
             self.step_times.append(step_s)
             names, host = pending.scalars
             values = dict(zip(names, (float(v) for v in host.tolist())))
+            if self._cuda:
+                self._spare_pinned.append(host)
             record = StepRecord(pending.step, pending.samples, step_s, pending.data_s, values.get("loss"), pending.lr,
                                 time.time())
             self.write("step", **asdict(record))

@@ -121,6 +121,34 @@ def test_steps_are_written_late_once_the_device_reaches_them_without_waiting(tmp
     assert [s.step_s for s in read_records(path).steps] == [1.5, 1.5, 1.5]
 
 
+class PinnedCounter:
+    """torch as the GPU path uses it, with pinned host allocations counted (and served from pageable memory)."""
+
+    def __init__(self):
+        self.pinned = 0
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def empty(self, size, dtype, pin_memory):
+        self.pinned += pin_memory
+        return torch.empty(size, dtype=dtype)
+
+
+def test_gpu_steps_reuse_pinned_buffers_once_resolved(tmp_path):
+    """A step's scalars go to pinned host memory; once the device passed a step, its buffer serves a later one."""
+    clock = FakeDeviceClock()
+    recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cuda", clock=clock)
+    recorder._torch = counter = PinnedCounter()
+    recorder.begin()
+    for index in range(20):
+        clock.reached = clock.now  # the device keeps up: the previous step is done when this one ends
+        recorder.end_step(index, samples=4, data_s=0.0, lr=None, scalars={"loss": torch.tensor(float(index))})
+    recorder.close()
+    assert [s.loss for s in read_records(tmp_path / "steps.jsonl").steps] == [float(i) for i in range(20)]
+    assert counter.pinned <= 2
+
+
 def test_flops_and_benchy_phase_records_are_read_alongside_steps(tmp_path):
     path = tmp_path / "steps.jsonl"
     lines = [{"kind": "start", "world_size": 2},
