@@ -142,9 +142,9 @@ class Case:
     """The workload's planted-slowdown option; None when it has none (upstream programs)."""
     family: str | None = None
     """Cases of one family differ only in DDP size; the report shows their scaling."""
-    later_runs_args: tuple[str, ...] = ("--no-count-flops",)
-    """Flags for every launch of the case after its first, which skip what is measured once per case (the
-    workload's FLOP count; the flavour's benchy phases likewise run in the first launch only)."""
+    later_runs_args: tuple[str, ...] = ()
+    """Flags for every launch of the case after its first, which skip what the workload measures once per case
+    (perfgate's workloads: ``--no-count-flops``); the flavour's benchy phases likewise run in the first only."""
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,8 @@ class Matrix:
     """Makes a point consistent before it is named (e.g. no loader workers without a loader)."""
     version: str = "1"
     marks: tuple[Any, ...] = ()
+    later_runs_args: tuple[str, ...] = ()
+    """See Case.later_runs_args."""
 
     def __post_init__(self) -> None:
         names = [axis.name for axis in self.axes]
@@ -110,7 +112,7 @@ class Matrix:
             marks = self.marks if is_default else (*self.marks, pytest.mark.full_matrix)
             cases.append(Case(
                 self.workload, self.point_id(point), self.entry, cpu=flavours["cpu"], gpu=flavours["gpu"],
-                marks=marks, version=self.version, family=self._family(point),
+                marks=marks, version=self.version, family=self._family(point), later_runs_args=self.later_runs_args,
             ))
         return cases
 

@@ -72,3 +72,13 @@ def test_cpu_flavours_gate_steady_throughput_gpu_flavours_mean_throughput_unless
     assert CaseRun(both, "gpu").gated == ("samples_per_second", "total_time_secs")
     own = Case("w", "c", ("x.py",), cpu=Flavour({}), gated=("total_time_secs",))
     assert CaseRun(own, "cpu").gated == ("total_time_secs",)
+
+
+def test_later_runs_skip_what_a_case_measures_once(tmp_path):
+    flavour = Flavour({"model": "m"}, benchy_steps=6)
+    run = CaseRun(Case("openclip", "once", ENTRY, cpu=flavour, later_runs_args=("--no-count-flops",)), "cpu")
+    first, later = run.argv(tmp_path, 4, 2), run.argv(tmp_path, 4, 2, first_run=False)
+    assert "--benchy-steps" in first and "--no-count-flops" not in first
+    assert "--benchy-steps" not in later and later[-1] == "--no-count-flops"
+    assert CaseRun(Case("openclip", "plain", ENTRY, cpu=flavour), "cpu").argv(tmp_path, 4, 2, first_run=False)[-1] != (
+        "--no-count-flops")

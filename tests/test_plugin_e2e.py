@@ -19,7 +19,8 @@ CASES = [
          cpu=Flavour(TINY, steps=8, warmup=2, tolerance=0.4, timeout_s=240, ranks_per_node=1)),
     Case("openclip", "bad-model", ({str(WORKLOAD)!r},), cpu=Flavour({{**TINY, "model": "ViT-Nope"}}, timeout_s=120)),
     Case("openclip", "noise", ({str(WORKLOAD)!r},),
-         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.10, timeout_s=240), version="3"),
+         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.10, timeout_s=240), version="3",
+         later_runs_args=("--no-count-flops",)),
 ]
 
 @parametrize(CASES)
@@ -206,6 +207,10 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
     result = json.loads(newest.read_text())
     assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (0.25, "FAIL", 3)
     assert len(result["per_run"][0]["step_times_s"]) == 12
+    first, *later = result["per_run"]
+    assert all(run["metrics"]["flops_per_sample"] == first["metrics"]["flops_per_sample"] > 0 for run in later)
+    assert all(run["time_s"]["window_s"] > 0 and run["time_s"]["startup_s"] > 0 and run["time_s"]["teardown_s"] >= 0
+               for run in result["per_run"])
     assert json.loads(baseline_file(suite, "noise").read_text()) == stored
 
 

@@ -5,6 +5,8 @@ import shutil
 
 from perfgate.matrix import DDP_AXIS, Axis, gpu_only, needs_module
 
+ONCE_PER_CASE = ("--no-count-flops",)
+"""What perfgate's workloads skip after a case's first launch: the FLOP count (the first launch's serves them all)."""
 PRECISION = Axis("precision", ("fp32", "tf32", "amp", "amp_bf16"))
 LOADER = Axis("loader", ("torch", "dali", "synthetic"))
 WORKERS = Axis("workers", (0, 1, 2, 4, 8), label="w{}")

@@ -41,7 +41,6 @@ MMOCLIP = Case(
     records=OpenClipLog("logs/mmoclip/out.log"),
     steps_args=samples_for,
     marks=(pytest.mark.slow, pytest.mark.multinode),
-    later_runs_args=(),
 )
 
 

@@ -12,6 +12,7 @@ Full matrix only: fp16 amp, the host-loader and checkpointed cases, and the DDP-
 """
 
 import pytest
+from matrix_axes import ONCE_PER_CASE
 
 from perfgate.cases import CPU_TOLERANCE_FLOOR, Case, Flavour, parametrize
 
@@ -20,6 +21,10 @@ TINY = {"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 32, "worker
 VIT_B = {"model": "ViT-B-32", "device": "cuda", "batch-size": 256, "loader": "synthetic", "workers": 0}
 VIT_L = {**VIT_B, "model": "ViT-L-14"}
 FULL_MATRIX = (pytest.mark.full_matrix,)
+
+
+def clip(name, **kwargs):
+    return Case("openclip", name, ENTRY, later_runs_args=ONCE_PER_CASE, **kwargs)
 
 
 def cpu(steps=40, warmup=5, **args):
@@ -32,18 +37,18 @@ def gpu(base=VIT_B, steps=60, warmup=10, benchy_steps=0, **args):
 
 
 CASES = [
-    Case("openclip", "fp32", ENTRY, cpu=cpu(precision="fp32"), gpu=gpu(precision="fp32")),
-    Case("openclip", "amp_bf16", ENTRY, cpu=cpu(steps=10, warmup=2, precision="amp_bf16"), gpu=gpu(precision="amp_bf16")),
-    Case("openclip", "amp", ENTRY, gpu=gpu(precision="amp"), marks=FULL_MATRIX),
-    Case("openclip", "amp_bf16-hostloader", ENTRY,
+    clip("fp32", cpu=cpu(precision="fp32"), gpu=gpu(precision="fp32")),
+    clip("amp_bf16", cpu=cpu(steps=10, warmup=2, precision="amp_bf16"), gpu=gpu(precision="amp_bf16")),
+    clip("amp", gpu=gpu(precision="amp"), marks=FULL_MATRIX),
+    clip("amp_bf16-hostloader",
          gpu=gpu(precision="amp_bf16", loader="torch", workers=8, benchy_steps=30), marks=FULL_MATRIX),
-    Case("openclip", "bucket100-nosync", ENTRY,
+    clip("bucket100-nosync",
          cpu=cpu(precision="fp32", **{"bucket-cap-mb": 100, "sync-buffers": False}),
          gpu=gpu(precision="amp_bf16", **{"bucket-cap-mb": 100, "sync-buffers": False}), marks=FULL_MATRIX),
-    Case("openclip", "workers0", ENTRY, cpu=cpu(precision="fp32", workers=0)),
-    Case("openclip", "vit-l-14-amp_bf16-b256-compile", ENTRY,
+    clip("workers0", cpu=cpu(precision="fp32", workers=0)),
+    clip("vit-l-14-amp_bf16-b256-compile",
          gpu=gpu(VIT_L, steps=40, precision="amp_bf16", compile=True)),
-    Case("openclip", "vit-l-14-amp_bf16-gc", ENTRY,
+    clip("vit-l-14-amp_bf16-gc",
          gpu=gpu({**VIT_L, "batch-size": 128}, precision="amp_bf16", **{"grad-checkpointing": True}), marks=FULL_MATRIX),
 ]
 
