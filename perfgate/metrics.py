@@ -166,7 +166,8 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
     )
 
 
-def time_accounting(records: RunRecords, warmup: int, launched_at: float, finished_at: float) -> dict[str, float] | None:
+def time_accounting(records: RunRecords, warmup: int, launched_at: float,
+                    finished_at: float) -> dict[str, float] | None:
     """Where one launch's wall-clock time went, in seconds: start-up (launch to the first step: torchrun,
     imports, model build, FLOP count, compile set-up), warm-up steps, the measured window, after the window
     (machine-speed probe, benchy phases, end record) and teardown (end record to every process gone).

@@ -49,7 +49,8 @@ CASES = [
     clip("vit-l-14-amp_bf16-b256-compile",
          gpu=gpu(VIT_L, steps=40, precision="amp_bf16", compile=True)),
     clip("vit-l-14-amp_bf16-gc",
-         gpu=gpu({**VIT_L, "batch-size": 128}, precision="amp_bf16", **{"grad-checkpointing": True}), marks=FULL_MATRIX),
+         gpu=gpu({**VIT_L, "batch-size": 128}, precision="amp_bf16", **{"grad-checkpointing": True}),
+         marks=FULL_MATRIX),
 ]
 
 

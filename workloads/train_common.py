@@ -4,8 +4,8 @@ step loop and the benchy-style IO / SYNTHETIC phases.
 A workload builds its model, data and one training step; ``Trainer`` runs that step under the same
 rules everywhere: rank 0 records each step with ``perfgate.records.StepRecorder`` (CUDA events
 resolved late on GPU, never a per-step synchronize), a planted slowdown is applied between the
-step's work and its end marker (see perfgate.inject), and the adaptive stop is agreed by all ranks. After the measured
-FULL window, ``--benchy-steps N`` times the data loader alone (IO) and the step on one cached batch
+step's work and its end marker (see perfgate.inject), and the adaptive stop is agreed by all ranks.
+After the measured FULL window, ``--benchy-steps N`` times the data loader alone (IO) and the step on one cached batch
 (SYNTHETIC), as the SC21 tutorial's benchy does, so the report can say what bounds the throughput.
 
 Workloads are plain torchrun entry points: nothing here imports pytest.
