@@ -103,18 +103,22 @@ def test_nothing_is_planted_before_a_step_resolved_or_at_fraction_zero():
 
 @pytest.mark.parametrize("fraction", FRACTIONS)
 def test_a_real_cpu_loop_runs_slower_by_the_planted_fraction(tmp_path, fraction):
-    """The real thing on the host clock: steps of 20 ms timed by the StepRecorder, with and without the plant."""
+    """The real thing on the host clock: steps of 50 ms timed by the StepRecorder, with and without the plant.
+
+    Loops come in interleaved pairs (a drift of the machine falls on both) and the median pair decides: on a
+    loaded 2-core VM one pair of 20 ms steps once came out 1.1 points off, a slow spell rather than the plant."""
     loss = {"loss": torch.zeros(())}
 
-    def median_step(planted: float) -> float:
-        recorder = StepRecorder(tmp_path / f"steps-{planted}.jsonl", device_type="cpu")
+    def median_step(planted: float, run: int) -> float:
+        recorder = StepRecorder(tmp_path / f"steps-{planted}-{run}.jsonl", device_type="cpu")
         injector = SlowdownInjector(planted, "cpu", recorder.step_times)
         recorder.begin()
-        for step in range(24):
-            time.sleep(0.02)
+        for step in range(16):
+            time.sleep(0.05)
             injector.pause()
             recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars=loss)
         recorder.close()
         return statistics.median(recorder.step_times[4:])
 
-    assert median_step(0.0) / median_step(fraction) == pytest.approx(1 / (1 + fraction), abs=0.01)
+    ratios = [median_step(0.0, run) / median_step(fraction, run) for run in range(3)]
+    assert statistics.median(ratios) == pytest.approx(1 / (1 + fraction), abs=0.01)
