@@ -8,8 +8,8 @@ a host-bound one the sleep, and the spin overlaps the sleep instead of adding to
 spin alone planted 3 % and measured +1.4 % in a loop whose GPU was 90 % busy: the spin filled gaps
 the GPU idled through anyway.
 
-A step's natural duration is the median of the last few resolved steps with what was planted in them
-taken out, so nothing waits for the device to find it and the plant does not compound. Only rank 0
+A step's natural duration is the median of the last few resolved steps (never the first, which
+compiles) with what was planted in them taken out, so nothing waits for the device to find it and the plant does not compound. Only rank 0
 plants: the other ranks wait for it at the next gradient all-reduce, as they would for any slow rank.
 Imports torch only on GPU.
 """
@@ -94,11 +94,13 @@ class SlowdownInjector:
         """Seconds planted in each step so far, in step order."""
 
     def natural_step_s(self) -> float | None:
-        """The median of the last resolved steps, less what was planted in each; None before any resolved."""
+        """The median of the last resolved steps, less what was planted in each; None until a step after the first
+        resolved. The first step is left out: it carries compilation and autotuning (a compiled ViT-L-14's first
+        step takes a minute), and a quarter of that planted into the next steps would only waste warm-up time."""
         resolved = len(self._step_times)
-        if not resolved:
+        if resolved < 2:
             return None
-        recent = range(max(0, resolved - self.RECENT_STEPS), resolved)
+        recent = range(max(1, resolved - self.RECENT_STEPS), resolved)
         return statistics.median(self._step_times[i] - self.planted[i] for i in recent)
 
     def pause(self) -> None:

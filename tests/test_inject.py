@@ -91,12 +91,17 @@ def test_the_natural_step_leaves_out_what_was_planted_so_the_plant_does_not_comp
     assert injector.planted[-1] == pytest.approx(0.02)
 
 
-def test_nothing_is_planted_before_a_step_resolved_or_at_fraction_zero():
+def test_nothing_is_planted_before_a_step_after_the_first_resolved_or_at_fraction_zero():
+    """The first step compiles and autotunes: a minute for a compiled ViT-L-14, never a step's natural length."""
     slept = []
-    first = SlowdownInjector(0.1, "cpu", [], host_sleep=slept.append)
-    first.pause()
-    SlowdownInjector(0.0, "cpu", [0.1], host_sleep=slept.append).pause()
-    assert slept == [] and first.planted == [0.0]
+    early = SlowdownInjector(0.1, "cpu", [60.0], host_sleep=slept.append)
+    early.pause()
+    SlowdownInjector(0.0, "cpu", [60.0, 0.1], host_sleep=slept.append).pause()
+    assert slept == [] and early.planted == [0.0]
+    later = SlowdownInjector(0.1, "cpu", [60.0, 0.1], host_sleep=slept.append)
+    later.planted = [0.0, 0.0]
+    later.pause()
+    assert slept == [pytest.approx(0.01)]
     with pytest.raises(ValueError, match=">= 0"):
         SlowdownInjector(-0.1, "cpu", [])
 
