@@ -40,7 +40,8 @@ def test_newer_apis_are_used_only_where_this_torch_has_them(common):
     assert compat.ddp_buffer_sync(False)[keyword] is False
     assert compat.process_group_device(None) == {}
     assert issubclass(compat.OutOfMemoryError, RuntimeError)
-    assert compat.grad_scaler("cpu").is_enabled() in (True, False)
+    assert isinstance(common.grad_scaler("amp", torch.device("cpu")), torch.amp.GradScaler)
+    assert common.grad_scaler("amp_bf16", torch.device("cpu")) is None
 
 
 def test_an_older_ddp_gets_broadcast_buffers(common, monkeypatch):

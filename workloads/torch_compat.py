@@ -74,9 +74,3 @@ def fused_unsupported(family: type[torch.optim.Optimizer], device: torch.device)
         return f"{name} is not supported on {device.type} by torch {torch.__version__}: {exc}"
     return None
 
-
-def grad_scaler(device_type: str) -> Any:
-    """fp16 AMP's loss scaler: ``torch.amp.GradScaler(device)``, or the CUDA-only class older torch has."""
-    if hasattr(torch.amp, "GradScaler"):
-        return torch.amp.GradScaler(device_type)
-    return torch.cuda.amp.GradScaler()

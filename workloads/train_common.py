@@ -144,7 +144,9 @@ def common_problems(args: argparse.Namespace) -> list[str]:
         problems.append("--precision amp (fp16 autocast + GradScaler) needs a CUDA device; use amp_bf16 on CPU")
     family = getattr(args, "optimizer_family", None)
     if getattr(args, "optimizer", None) == "fused" and family is not None:
-        why = torch_compat.fused_unsupported(OPTIMIZER_CLASSES[family], torch.device("cuda" if cuda else "cpu"))
+        # the rank's own GPU: a probe on cuda:0 would give every rank a CUDA context there
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+        why = torch_compat.fused_unsupported(OPTIMIZER_CLASSES[family], device)
         if why:
             problems.append(f"--optimizer fused: {why}; use --optimizer default")
     if getattr(args, "optimizer", None) == "apex" and not installed("apex.optimizers"):
@@ -250,12 +252,13 @@ def zero_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
             optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param)
 
 
-def grad_scaler(precision: str, device: torch.device) -> Any:
+def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:
     """fp16 AMP's GradScaler; None for every other precision."""
-    return torch_compat.grad_scaler(device.type) if precision == "amp" else None
+    return torch.amp.GradScaler(device.type) if precision == "amp" else None
 
 
-def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
+def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                      scaler: torch.amp.GradScaler | None) -> None:
     """``loss.backward()`` and ``optimizer.step()``, through the GradScaler when fp16 AMP has one."""
     if scaler is None:
         loss.backward()
