@@ -20,12 +20,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 import psutil
 
 RUN_ID_ENV = "PERFGATE_RUN_ID"
-LAUNCHERS = ("local",)
 PEER_GRACE_S = 10.0
 KILL_GRACE_S = 5.0
 POLL_S = 0.5
@@ -164,6 +163,24 @@ def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> 
         failure.commands = tuple(commands)
         raise failure
     return LaunchResult(time.monotonic() - start, tuple(commands), tuple(logs))
+
+
+class NodeLauncher(Protocol):
+    """How a case's nodes are started: every agent of one run, waited for to the end; raises LaunchFailed
+    on a failed rank, a hang or a bad start, with no process of the run left behind."""
+
+    def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult: ...
+
+
+class LocalLauncher:
+    """Every node's torchrun agent on this host (``--nodes 2`` rehearses two nodes on one machine)."""
+
+    def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:
+        return launch(spec, on_poll)
+
+
+LAUNCHERS: dict[str, Callable[[], NodeLauncher]] = {"local": LocalLauncher}
+"""``--launcher`` names and what builds each."""
 
 
 def _wait(agents, spec: LaunchSpec, start, on_poll, logs) -> None:

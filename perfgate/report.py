@@ -1,12 +1,18 @@
-"""What the user sees: a live progress line while a case runs, and the summary table at the end."""
+"""What the user sees: a live progress line while a case runs, and the results at the end.
+
+Results go to every ``ResultSink`` the session has; the terminal summary is the one there is today.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from perfgate.records import StepRecord
+
+if TYPE_CHECKING:
+    from perfgate.settings import Settings
 
 NON_TTY_EVERY_S = 15.0
 
@@ -178,3 +184,64 @@ def scaling_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
             speedup = throughput / by_size[1]
             rows.append([family, str(size), f"{throughput:,.1f}", f"{speedup:.2f}x", f"{speedup / size:.0%}"])
     return rows
+
+
+class ResultSink(Protocol):
+    """Where a session's case results go once every case has run."""
+
+    def write(self, results: Sequence[dict[str, Any]], settings: Settings) -> None: ...
+
+
+class TerminalSummary:
+    """The tables at the end of a pytest run: verdicts, baselines written, what each case achieved, the GPUs,
+    scaling, and what was not gated. ``write_line(text, **markup)`` is the terminal reporter's."""
+
+    def __init__(self, section: Callable[[str], None], write_line: Callable[..., None]) -> None:
+        self._section = section
+        self._line = write_line
+
+    def write(self, results: Sequence[dict[str, Any]], settings: Settings) -> None:
+        if not results:
+            return
+        results = sorted(results, key=lambda r: r["case"])
+        classes = sorted({r["hardware_class"] for r in results if r.get("hardware_class")})
+        planted = settings.inject_slowdown
+        title = f"perfgate: {len(results)} case(s), hardware class {', '.join(classes) or '-'}"
+        self._section(title + (f", PLANTED SLOWDOWN {planted:.0%}" if planted else ""))
+        judged = [r for r in results if r["verdict"] != "updated"]
+        if judged:
+            self._table(summary_rows(judged))
+            if settings.calibrate:
+                self._line("measured: scaled to the machine speed of each baseline (--perf-calibrate; the probe's "
+                           "change is in each case's result.json)")
+        self._updated([r for r in results if r["verdict"] == "updated"])
+        for heading, rows, header in (
+            ("what each case achieved (medians over runs; IO / SYNTHETIC from the first run):",
+             profile_rows(results), PROFILE_HEADER),
+            ("GPUs during the measured windows (NVML):", gpu_rows(results, settings.min_gpu_util), GPU_HEADER),
+            ("scaling over DDP size (efficiency = speedup / ranks):", scaling_rows(results), SCALING_HEADER),
+        ):
+            if rows:
+                self._line(heading)
+                self._table(rows, header)
+        missing = [r for r in results if r["verdict"] == "no-baseline"]
+        if missing:
+            self._line(f"{len(missing)} case(s) have no baseline for this hardware class: nothing was gated for "
+                       "them. Create baselines with --update-baselines, review them, and commit the files under "
+                       f"{settings.baseline_dir}.", yellow=True)
+
+    def _updated(self, updated: Sequence[dict[str, Any]]) -> None:
+        if not updated:
+            return
+        self._line("baselines written (review the diff before committing):")
+        self._table(update_rows(updated), UPDATE_HEADER)
+        for result in updated:
+            self._line(f"wrote {result['baseline_file']}")
+            if result.get("disturbed_runs"):
+                self._line(f"  {result['disturbed_runs']} disturbed run(s) left out and re-measured (far slower "
+                           "than the others: a slow spell of the machine); they are listed in the file's provenance",
+                           yellow=True)
+
+    def _table(self, rows: list[list[str]], header: Sequence[str] | None = None) -> None:
+        for line in table(rows, header) if header else table(rows):
+            self._line(line)

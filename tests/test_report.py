@@ -86,7 +86,8 @@ def test_scaling_rows_give_speedup_and_efficiency_per_family():
 
 def test_a_failure_names_how_the_machine_speed_probe_moved_since_the_baseline():
     from perfgate.baselines import Baseline, MetricBaseline
-    from perfgate.plugin import Measurement, machine_speed
+    from perfgate.gate import machine_speed
+    from perfgate.measure import Measurement
 
     baseline = Baseline("c", "k", {"steady_samples_per_second": MetricBaseline(100.0, "higher", 0.05)},
                         provenance={"measured": {"probe_matmul_gflops": 80.0}})
@@ -94,3 +95,36 @@ def test_a_failure_names_how_the_machine_speed_probe_moved_since_the_baseline():
     line = machine_speed(baseline, now)
     assert "probe_matmul_gflops 60 vs 80 (-25.0%)" in line and "copy" not in line
     assert machine_speed(Baseline("c", "k", baseline.metrics, provenance={}), now) == ""
+
+
+def test_the_terminal_summary_says_what_was_planted_written_calibrated_and_left_ungated():
+    from pathlib import Path
+
+    from perfgate.report import TerminalSummary
+    from perfgate.settings import Settings
+
+    sections, lines = [], []
+    summary = TerminalSummary(sections.append, lambda text, **markup: lines.append((text, markup)))
+    judged = {"case": "b-c-cpu", "hardware_class": "k", "verdict": "no-baseline",
+              "metrics": [{"metric": "samples_per_second", "unit": "samples/s", "measured": 9.0,
+                           "verdict": "no-baseline"}]}
+    updated = {"case": "a-c-cpu", "hardware_class": "k", "verdict": "updated", "baseline_file": "b/k/a-c-cpu.json",
+               "disturbed_runs": 1, "metrics": [{"metric": "samples_per_second", "unit": "samples/s", "baseline": None,
+                                                 "measured": 10.0, "change": None, "tolerance": 0.05, "noise": 0.01,
+                                                 "runs": 3}]}
+    settings = Settings(inject_slowdown=0.25, calibrate=True, baseline_dir=Path("/repo/baselines"))
+    summary.write([judged, updated], settings)
+    text = [line for line, _ in lines]
+    assert sections == ["perfgate: 2 case(s), hardware class k, PLANTED SLOWDOWN 25%"]
+    assert text[2].split()[:3] == ["b-c-cpu", "samples_per_second", "9"]
+    assert text[3].startswith("measured: scaled to the machine speed of each baseline (--perf-calibrate")
+    assert text.index("baselines written (review the diff before committing):") == 4
+    assert "wrote b/k/a-c-cpu.json" in text
+    assert ("  1 disturbed run(s) left out and re-measured (far slower than the others: a slow spell of the machine); "
+            "they are listed in the file's provenance", {"yellow": True}) in lines
+    assert lines[-1] == ("1 case(s) have no baseline for this hardware class: nothing was gated for them. Create "
+                         "baselines with --update-baselines, review them, and commit the files under "
+                         "/repo/baselines.", {"yellow": True})
+    lines.clear()
+    summary.write([], settings)
+    assert lines == [] and len(sections) == 1

@@ -1,0 +1,137 @@
+"""Plans one case flavour against the settings and this host, before anything launches.
+
+It settles the topology (ranks per node, which GPUs each node gets), the steps and warm-up, the
+hardware class and the baseline file. A case this host cannot run is skipped with the reason; a
+request it cannot honour (more nodes than cores or GPUs) fails with what to lower.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfgate import baselines, hardware
+from perfgate.cases import DEFAULT_CPU_RANKS, CaseRun
+from perfgate.launch import LaunchSpec, port_share
+from perfgate.outcome import CaseFailed, CaseSkipped
+from perfgate.settings import Settings
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One case flavour resolved against the settings and this host, ready to launch."""
+
+    run: CaseRun
+    spec: LaunchSpec
+    """Topology, timeout and environment; each run fills in its own directory and arguments."""
+    hardware: hardware.Hardware
+    hardware_class: str
+    detected_class: str
+    world_size: int
+    steps: int | None
+    warmup: int
+    baseline_file: Path
+    test_id: str
+    """The pytest node id, for messages that say how to run this case again."""
+
+    @property
+    def tolerance_floor(self) -> float:
+        """The least relative change that counts: the flavour's fixed tolerance, else its noise floor."""
+        flavour = self.run.flavour
+        return flavour.tolerance if flavour.tolerance is not None else flavour.tolerance_floor
+
+
+def plan(run: CaseRun, settings: Settings, hw: hardware.Hardware, *, workdir: Path, root: Path,
+         test_id: str) -> Plan:
+    """Resolves the case against the settings and this host; raises CaseSkipped or CaseFailed before any launch."""
+    flavour = run.flavour
+    if run.kind == "gpu" and not hw.has_gpu:
+        raise CaseSkipped("GPU flavour: torch sees no CUDA GPU on this machine (the CPU flavour runs with -m cpu)")
+    if settings.inject_slowdown and run.case.inject_flag is None:
+        raise CaseSkipped(f"{run.key}: its workload has no way to plant a slowdown (--perf-inject-slowdown)")
+    nodes = settings.nodes
+    per_node, devices = ranks_per_node(run, settings, hw)
+    steps = settings.steps if settings.steps is not None else flavour.steps
+    warmup = settings.warmup if settings.warmup is not None else flavour.warmup
+    if steps is not None and warmup >= steps:
+        raise CaseFailed(f"{run.key}: {warmup} warm-up steps leave nothing to measure out of {steps}; "
+                         "lower --perf-warmup or raise --perf-steps")
+    detected = hardware.hardware_class(hw, kind=run.kind, per_node=per_node, nodes=nodes)
+    hw_class = settings.hardware_class or detected
+    spec = LaunchSpec(
+        entry=(),
+        workdir=workdir,
+        nodes=nodes,
+        procs_per_node=per_node,
+        timeout_s=settings.timeout or flavour.timeout_s,
+        env=child_env(run.kind, root),
+        devices_per_node=devices,
+        ports=port_share(*xdist_worker()),
+    )
+    try:
+        path = baselines.baseline_path(settings.baseline_dir, hw_class, run.key)
+    except baselines.BaselineError as exc:
+        raise CaseFailed(f"{run.key}: {exc}") from None
+    return Plan(run, spec, hw, hw_class, detected, nodes * per_node, steps, warmup, path, test_id)
+
+
+def ranks_per_node(run: CaseRun, settings: Settings, hw: hardware.Hardware) -> tuple[int, list[str] | None]:
+    """Ranks per node and, for GPU cases, the GPU ids each node's agent sees (never shared between
+    pytest-xdist workers)."""
+    nodes = settings.nodes
+    if run.kind == "cpu":
+        per_node = run.flavour.ranks_per_node or DEFAULT_CPU_RANKS
+        check_cpu_ranks(run, per_node, nodes)
+        return per_node, None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [d for d in visible.split(",") if d] if visible else [str(i) for i in range(hw.gpu_count)]
+    worker, workers = xdist_worker()
+    if workers > 1:
+        ids = hardware.gpus_for_worker(ids, worker, workers)
+        if not ids:
+            raise CaseSkipped(f"{run.key}: {workers} pytest-xdist workers share {hw.gpu_count} GPU(s) and worker "
+                              f"{worker} got none (cases never share a GPU); run fewer workers (-n)")
+    wanted = run.flavour.ranks_per_node
+    per_node = settings.gpus_per_node or wanted or len(ids) // nodes
+    if wanted and settings.gpus_per_node is None and wanted * nodes > len(ids):
+        raise CaseSkipped(f"{run.key}: the case runs {wanted} GPU ranks per node x {nodes} node(s), "
+                          f"{len(ids)} GPU(s) visible")
+    if per_node < 1 or per_node * nodes > len(ids):
+        raise CaseFailed(
+            f"{run.key}: --nodes {nodes} x {max(per_node, 1)} GPUs per node needs {nodes * max(per_node, 1)} GPUs "
+            f"on this host for the local launcher, but {len(ids)} are visible; lower --nodes or --gpus-per-node"
+        )
+    return per_node, [",".join(ids[i * per_node:(i + 1) * per_node]) for i in range(nodes)]
+
+
+def check_cpu_ranks(run: CaseRun, per_node: int, nodes: int) -> None:
+    """Ranks beyond this host's cores time-share them: their timing would measure the scheduler."""
+    cores = len(os.sched_getaffinity(0))
+    if per_node * nodes <= cores:
+        return
+    if nodes == 1:
+        raise CaseSkipped(f"{run.key}: {per_node} CPU ranks need {per_node} cores, this host has {cores}")
+    raise CaseFailed(f"{run.key}: --nodes {nodes} x {per_node} CPU ranks per node needs {nodes * per_node} cores "
+                     f"for the local launcher, but {cores} are available; lower --nodes (at most {cores // per_node})")
+
+
+def child_env(kind: str, root: Path) -> dict[str, str]:
+    """Children import perfgate (records) and resolve workloads even when it is not installed.
+
+    CPU ranks get one thread each (torchrun's own choice for several ranks per node), so a DDP size
+    family on CPU compares 1 core with N cores; an OMP_NUM_THREADS of the user's wins.
+    """
+    paths = [str(PACKAGE_ROOT), str(root), os.environ.get("PYTHONPATH", "")]
+    env = {"PYTHONPATH": os.pathsep.join(p for p in dict.fromkeys(paths) if p), "PYTHONUNBUFFERED": "1"}
+    if kind == "cpu":
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
+    return env
+
+
+def xdist_worker() -> tuple[int, int]:
+    """(this worker's index, how many workers) under pytest-xdist; (0, 1) without it."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name.removeprefix("gw") or 0), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

@@ -1,0 +1,215 @@
+"""The gate's decisions on fake measurements: no torchrun, a measurer that hands out chosen values."""
+
+import json
+import re
+import warnings
+
+import pytest
+
+from perfgate import baselines
+from perfgate.baselines import Baseline, MetricBaseline
+from perfgate.cases import Case, CaseRun, Flavour
+from perfgate.gate import Gate, StaleBaselineWarning, StoredBaseline
+from perfgate.hardware import Hardware
+from perfgate.launch import LaunchSpec
+from perfgate.measure import Measurement
+from perfgate.outcome import CaseFailed, CaseSkipped
+from perfgate.plan import Plan
+from perfgate.settings import Settings
+
+METRIC = "samples_per_second"
+DETECTED = "cpu-test-2c-n1"
+
+
+class FakeMeasurer:
+    """Stands in for measure.Measurer: each launch appends the next of ``values`` as one run."""
+
+    def __init__(self, plan, values, probe=None):
+        self.result = {"case": plan.run.key}
+        self.measurement = Measurement(command="python -m torch.distributed.run w.py")
+        self._values = list(values)
+        self._probe = probe
+        self.launches = 0
+
+    def measure(self, repeats):
+        for _ in range(repeats):
+            self.launch_once(repeats)
+        return self.measurement
+
+    def launch_once(self, planned):
+        run_metrics = {METRIC: self._values[self.launches]}
+        if self._probe is not None:
+            run_metrics["probe_matmul_gflops"] = self._probe
+        self.measurement.runs.append({"run": self.launches, "metrics": run_metrics})
+        self.launches += 1
+
+
+def make_plan(tmp_path, version="1", tolerance=None):
+    case = Case("w", "c", ("w.py",), cpu=Flavour({}, tolerance=tolerance, tolerance_floor=0.05),
+                gated=(METRIC,), version=version)
+    return Plan(CaseRun(case, "cpu"), LaunchSpec(entry=(), workdir=tmp_path / "work"), Hardware("cpu", 2),
+                "k", DETECTED, 2, 10, 2, tmp_path / "b" / "k" / "w-c-cpu.json", "suite.py::test[c-cpu]")
+
+
+def store(plan, value=100.0, runs=(98.0, 99.0, 100.0, 101.0, 102.0), version="1", detected=DETECTED, measured=None):
+    baseline = Baseline(plan.run.key, "k", {METRIC: MetricBaseline(value, "higher", 0.05, "samples/s", runs)},
+                        provenance={"hardware": {"detected_class": detected}, "measured": measured or {}},
+                        workload_version=version)
+    baselines.write(plan.baseline_file, baseline)
+    return plan.baseline_file.read_text()
+
+
+def gate(plan, values, probe=None, **settings):
+    measurer = FakeMeasurer(plan, values, probe)
+    settings = Settings(**{"repeats": 3, "baseline_repeats": 3, **settings})
+    return Gate(plan, settings, measurer, StoredBaseline(plan.baseline_file), root=plan.spec.workdir,
+                nvml=lambda: (None, "no NVML here")), measurer
+
+
+def test_a_run_like_its_baseline_passes_without_extra_runs(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan)
+    checker, measurer = gate(plan, [100.0, 99.5, 100.5, 0.0])
+    assert checker.check()["verdict"] == "pass"
+    assert measurer.launches == 3
+    assert measurer.result["metrics"][0]["verdict"] == "pass"
+
+
+def test_a_significant_regression_fails_with_the_baseline_command_and_logs(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan)
+    checker, measurer = gate(plan, [70.0, 71.0, 69.0], inject_slowdown=0.5)
+    with pytest.raises(CaseFailed) as failed:
+        checker.check()
+    message = str(failed.value)
+    assert message.startswith("w-c-cpu: performance regression on k (with a PLANTED slowdown of 50%)\n")
+    assert "significantly worse by 30.0%" in message
+    assert f"baseline: {plan.baseline_file}" in message and "command: python -m torch.distributed.run" in message
+    assert f"logs kept in {plan.spec.workdir}" in message
+    assert measurer.result["verdict"] == "FAIL"
+
+
+WIDE = (80.0, 90.0, 100.0, 110.0, 120.0)
+"""Baseline runs so spread that one run 12 % slower is not yet significant."""
+
+
+def test_an_inconclusive_verdict_launches_another_run_which_decides(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan, runs=WIDE)
+    checker, measurer = gate(plan, [88.0, 70.0, 70.0], repeats=1, max_repeats=3)
+    with pytest.raises(CaseFailed, match="significantly worse by 21.0%"):
+        checker.check()
+    assert measurer.launches == 2
+
+
+def test_runs_still_inconclusive_at_the_cap_pass_saying_so(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan, runs=WIDE)
+    checker, measurer = gate(plan, [90.0] * 4, repeats=1, max_repeats=3)
+    assert checker.check()["verdict"] == "pass"
+    assert measurer.launches == 3
+    assert "but not significant yet" in measurer.result["metrics"][0]["reason"]
+
+
+def test_a_much_faster_run_warns_that_the_baseline_is_stale_or_fails_under_fail_stale(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan)
+    checker, _ = gate(plan, [150.0, 151.0, 149.0])
+    with pytest.warns(StaleBaselineWarning, match=r"w-c-cpu: stale baseline on k: significantly faster than "):
+        assert checker.check()["verdict"] == "stale"
+    checker, _ = gate(plan, [150.0, 151.0, 149.0], fail_stale=True)
+    with pytest.raises(CaseFailed, match="re-measure with --update-baselines and review"):
+        checker.check()
+
+
+def test_no_baseline_reports_the_measurement_and_skips_saying_how_to_create_one(tmp_path):
+    plan = make_plan(tmp_path)
+    checker, measurer = gate(plan, [100.0, 101.0, 99.0])
+    with pytest.raises(CaseSkipped) as skipped:
+        checker.check()
+    assert (f"w-c-cpu: no baseline for hardware class k ({plan.baseline_file} does not exist), so nothing was "
+            "gated. Create it: pytest 'suite.py::test[c-cpu]' --update-baselines") in str(skipped.value)
+    assert measurer.result["metrics"] == [{"metric": METRIC, "unit": "samples/s", "measured": 100.0,
+                                           "verdict": "no-baseline"}]
+    checker, _ = gate(plan, [100.0, 101.0, 99.0], strict_baselines=True)
+    with pytest.raises(CaseFailed, match="no baseline for hardware class k"):
+        checker.check()
+
+
+def test_another_workload_version_or_a_corrupt_file_fails_before_any_launch(tmp_path):
+    plan = make_plan(tmp_path, version="2")
+    store(plan, version="1")
+    checker, measurer = gate(plan, [])
+    with pytest.raises(CaseFailed, match="measured with workload version 1, the case is version 2"):
+        checker.check()
+    plan.baseline_file.write_text('{"schema": 1, "metrics": {')
+    with pytest.raises(CaseFailed, match="corrupt baseline, not valid JSON"):
+        checker.check()
+    assert measurer.launches == 0
+
+
+def test_an_update_leaves_a_disturbed_run_out_measures_again_and_records_it(tmp_path):
+    plan = make_plan(tmp_path)
+    checker, measurer = gate(plan, [100.0, 50.0, 101.0, 99.0], update_baselines=True)
+    result = checker.check()
+    assert measurer.launches == 4
+    assert (result["verdict"], result["disturbed_runs"]) == ("updated", 1)
+    stored = json.loads(plan.baseline_file.read_text())
+    assert stored["metrics"][METRIC]["runs"] == [100.0, 101.0, 99.0]
+    assert stored["metrics"][METRIC]["value"] == 100.0
+    assert stored["metrics"][METRIC]["tolerance"] >= 0.05
+    assert stored["provenance"]["disturbed_runs"] == [{"run": 1, METRIC: 50.0}]
+    assert stored["provenance"]["hardware"]["detected_class"] == DETECTED
+    assert stored["provenance"]["measured"][METRIC] == 100.0
+    assert result["metrics"][0]["baseline"] is None and result["metrics"][0]["runs"] == 3
+
+
+def test_an_update_compares_with_the_old_baseline_and_keeps_a_fixed_tolerance(tmp_path):
+    plan = make_plan(tmp_path, tolerance=0.4)
+    store(plan, value=80.0)
+    checker, _ = gate(plan, [100.0, 100.0, 100.0], update_baselines=True)
+    row = checker.check()["metrics"][0]
+    assert (row["baseline"], row["measured"], row["change"], row["tolerance"]) == (80.0, 100.0, 0.25, 0.4)
+
+
+@pytest.mark.parametrize("version, detected, says", [
+    ("0", DETECTED, "it holds workload version 0 (the case is version 1)"),
+    ("1", None, "a baseline perfgate did not measure on this kind of machine"),
+    ("1", "nvidia-h100-x8-n1", f"it holds hardware class nvidia-h100-x8-n1 (this machine is {DETECTED})"),
+])
+def test_an_update_refuses_to_overwrite_a_foreign_baseline_unless_forced(tmp_path, version, detected, says):
+    plan = make_plan(tmp_path)
+    before = store(plan, version=version, detected=detected)
+    checker, measurer = gate(plan, [100.0] * 3, update_baselines=True)
+    with pytest.raises(CaseFailed, match=f"refusing to overwrite .*{re.escape(says)}.*--force-baseline-update"):
+        checker.check()
+    assert plan.baseline_file.read_text() == before and measurer.launches == 0
+    checker, _ = gate(plan, [100.0] * 3, update_baselines=True, force_baseline_update=True)
+    assert checker.check()["verdict"] == "updated"
+    assert plan.baseline_file.read_text() != before
+
+
+def test_calibration_scales_the_runs_by_the_baselines_machine_speed_probe(tmp_path):
+    """A machine 20 % slower (its probe too) fails the absolute gate and passes once calibrated."""
+    plan = make_plan(tmp_path)
+    store(plan, measured={"probe_matmul_gflops": 100.0})
+    checker, _ = gate(plan, [80.0, 80.5, 79.5], probe=80.0)
+    with pytest.raises(CaseFailed, match=r"probe_matmul_gflops 80 vs 100 \(-20.0%\)"):
+        checker.check()
+    checker, measurer = gate(plan, [80.0, 80.5, 79.5], probe=80.0, calibrate=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert checker.check()["verdict"] == "pass"
+    assert measurer.result["calibration"] == {"probe": "probe_matmul_gflops", "baseline": 100.0, "runs": [80.0] * 3}
+
+
+def test_calibration_without_a_probe_says_what_to_do(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan)
+    checker, _ = gate(plan, [100.0] * 3, probe=80.0, calibrate=True)
+    with pytest.raises(CaseFailed, match="needs the machine-speed probe .* of the baseline, .* re-measure it"):
+        checker.check()
+    store(plan, measured={"probe_matmul_gflops": 100.0})
+    checker, _ = gate(plan, [100.0] * 3, calibrate=True)
+    with pytest.raises(CaseFailed, match="of every run, and this workload records none"):
+        checker.check()
