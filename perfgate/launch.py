@@ -151,7 +151,7 @@ def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> 
                 )
             commands.append(tuple(command))
             logs.append(log_path)
-        _wait(agents, spec, start, on_poll, logs)
+        wait_for_agents(agents, spec, start, on_poll, logs)
     except LaunchFailed as timed_out:
         timed_out.commands = tuple(commands)
         raise
@@ -179,11 +179,10 @@ class LocalLauncher:
         return launch(spec, on_poll)
 
 
-LAUNCHERS: dict[str, Callable[[], NodeLauncher]] = {"local": LocalLauncher}
-"""``--launcher`` names and what builds each."""
-
-
-def _wait(agents, spec: LaunchSpec, start, on_poll, logs) -> None:
+def wait_for_agents(agents: Sequence[subprocess.Popen], spec: LaunchSpec, start: float,
+                    on_poll: Callable[[float], None] | None, logs: Sequence[Path]) -> None:
+    """Returns once every agent exited, or PEER_GRACE_S after the first failed (its peers may hang in a
+    collective); raises LaunchFailed at the timeout."""
     first_failure = None
     while True:
         codes = [agent.poll() for agent in agents]
@@ -304,9 +303,16 @@ def failure_kind(rank_log_tail: str) -> str:
     return "crashed"
 
 
-def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path]) -> LaunchFailed:
-    """Names the first rank that failed, how, and the tail of its own log; else the agent's log."""
+def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path],
+                     node_names: Sequence[str] = ()) -> LaunchFailed:
+    """Names the first rank that failed, how, and the tail of its own log; else the agent's log. Only nodes
+    whose agent failed are searched; ``node_names`` (a launcher's host names) join the node numbers."""
+    def where(node: int) -> str:
+        return f"node {node} ({node_names[node]})" if node < len(node_names) and node_names[node] else f"node {node}"
+
     for node, log in enumerate(logs):
+        if codes[node] == 0:
+            continue
         text = log.read_text(errors="replace") if log.exists() else ""
         match = _ROOT_CAUSE.search(text)
         if match is None:
@@ -316,7 +322,7 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
         last_lines = tail(path)
         return LaunchFailed(
             failure_kind(last_lines),
-            f"rank {rank} (node {node}, local rank {local_rank}) failed: {exit_description(code)}.\n"
+            f"rank {rank} ({where(node)}, local rank {local_rank}) failed: {exit_description(code)}.\n"
             f"Last lines of {path}:\n{last_lines}",
             path,
         )
@@ -326,7 +332,7 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
              if RENDEZVOUS_ERROR.search(last_lines) else "failed")
     return LaunchFailed(
         "setup-error",
-        f"torchrun agent {node} {cause} before any rank ran ({exit_description(codes[node])}); "
+        f"torchrun agent on {where(node)} {cause} before any rank ran ({exit_description(codes[node])}); "
         f"last lines of {logs[node]}:\n{last_lines}",
         logs[node],
     )

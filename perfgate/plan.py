@@ -13,9 +13,10 @@ from pathlib import Path
 
 from perfgate import baselines, hardware
 from perfgate.cases import DEFAULT_CPU_RANKS, CaseRun
-from perfgate.launch import LaunchSpec, port_share
+from perfgate.launch import LaunchSpec, LocalLauncher, NodeLauncher, port_share
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.settings import Settings
+from perfgate.slurm import SlurmLauncher
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,13 +79,22 @@ def plan(run: CaseRun, settings: Settings, hw: hardware.Hardware, *, workdir: Pa
     return Plan(run, spec, hw, hw_class, detected, nodes * per_node, steps, warmup, path, test_id)
 
 
+def node_launcher(settings: Settings) -> NodeLauncher:
+    """The --launcher the settings name, with its options."""
+    if settings.launcher == "slurm":
+        return SlurmLauncher(settings.slurm_args)
+    return LocalLauncher()
+
+
 def ranks_per_node(run: CaseRun, settings: Settings, hw: hardware.Hardware) -> tuple[int, list[str] | None]:
-    """Ranks per node and, for GPU cases, the GPU ids each node's agent sees (never shared between
-    pytest-xdist workers)."""
+    """Ranks per node and, for GPU cases of the local launcher, the GPU ids each node's agent sees (never
+    shared between pytest-xdist workers). Other launchers' nodes are hosts like this one, each with its own
+    cores and GPUs."""
     nodes = settings.nodes
+    here = nodes if settings.launcher == "local" else 1
     if run.kind == "cpu":
         per_node = run.flavour.ranks_per_node or DEFAULT_CPU_RANKS
-        check_cpu_ranks(run, per_node, nodes)
+        check_cpu_ranks(run, per_node, nodes, here)
         return per_node, None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [d for d in visible.split(",") if d] if visible else [str(i) for i in range(hw.gpu_count)]
@@ -95,22 +105,26 @@ def ranks_per_node(run: CaseRun, settings: Settings, hw: hardware.Hardware) -> t
             raise CaseSkipped(f"{run.key}: {workers} pytest-xdist workers share {hw.gpu_count} GPU(s) and worker "
                               f"{worker} got none (cases never share a GPU); run fewer workers (-n)")
     wanted = run.flavour.ranks_per_node
-    per_node = settings.gpus_per_node or wanted or len(ids) // nodes
-    if wanted and settings.gpus_per_node is None and wanted * nodes > len(ids):
-        raise CaseSkipped(f"{run.key}: the case runs {wanted} GPU ranks per node x {nodes} node(s), "
+    per_node = settings.gpus_per_node or wanted or len(ids) // here
+    if wanted and settings.gpus_per_node is None and wanted * here > len(ids):
+        raise CaseSkipped(f"{run.key}: the case runs {wanted} GPU ranks per node x {here} node(s) on this host, "
                           f"{len(ids)} GPU(s) visible")
-    if per_node < 1 or per_node * nodes > len(ids):
+    if per_node < 1 or per_node * here > len(ids):
         raise CaseFailed(
-            f"{run.key}: --nodes {nodes} x {max(per_node, 1)} GPUs per node needs {nodes * max(per_node, 1)} GPUs "
-            f"on this host for the local launcher, but {len(ids)} are visible; lower --nodes or --gpus-per-node"
+            f"{run.key}: {here} node(s) x {max(per_node, 1)} GPUs per node needs {here * max(per_node, 1)} GPUs on "
+            f"this host for the {settings.launcher} launcher, but {len(ids)} are visible; lower --nodes or "
+            "--gpus-per-node"
         )
+    if here == 1 and settings.launcher != "local":
+        return per_node, None
     return per_node, [",".join(ids[i * per_node:(i + 1) * per_node]) for i in range(nodes)]
 
 
-def check_cpu_ranks(run: CaseRun, per_node: int, nodes: int) -> None:
-    """Ranks beyond this host's cores time-share them: their timing would measure the scheduler."""
+def check_cpu_ranks(run: CaseRun, per_node: int, nodes: int, here: int) -> None:
+    """Ranks beyond a host's cores time-share them: their timing would measure the scheduler. ``here`` of the
+    ``nodes`` run on this host (all of them for the local launcher)."""
     cores = len(os.sched_getaffinity(0))
-    if per_node * nodes <= cores:
+    if per_node * here <= cores:
         return
     if nodes == 1:
         raise CaseSkipped(f"{run.key}: {per_node} CPU ranks need {per_node} cores, this host has {cores}")

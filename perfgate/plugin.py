@@ -21,10 +21,9 @@ import pytest
 from perfgate import gpu_monitor, hardware, report
 from perfgate.cases import CaseRun
 from perfgate.gate import Gate, StoredBaseline
-from perfgate.launch import LAUNCHERS
 from perfgate.measure import Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.plan import plan
+from perfgate.plan import node_launcher, plan
 from perfgate.settings import Settings, add_options, resolve
 
 MARKERS = {
@@ -143,7 +142,7 @@ class PerfGate:
             "verdict": "error", "metrics": [],
         }
         self.request.node.user_properties.append((PROPERTY, result))
-        measurer = Measurer(planned, result, launcher=LAUNCHERS[settings.launcher](), root=state.root,
+        measurer = Measurer(planned, result, launcher=node_launcher(settings), root=state.root,
                             inject_slowdown=settings.inject_slowdown, nvml=state.nvml, say=self._say,
                             tty=self._is_tty())
         gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
@@ -177,15 +176,20 @@ class PerfGate:
 
 @contextlib.contextmanager
 def _as_pytest_outcome(result: dict[str, Any] | None) -> Iterator[None]:
-    """Turns a stage's CaseSkipped and CaseFailed into pytest's skip and fail, keeping the message in ``result``."""
+    """Turns a stage's CaseSkipped and CaseFailed into pytest's skip and fail, keeping the message in ``result``.
+    They are raised after the except clause, so pytest does not print the stage's exception as their context."""
     try:
         yield
+        return
     except CaseSkipped as skipped:
-        pytest.skip(str(skipped))
+        skip, fail = str(skipped), None
     except CaseFailed as failed:
-        if result is not None:
-            result["message"] = str(failed)
-        pytest.fail(str(failed), pytrace=False)
+        skip, fail = None, str(failed)
+    if fail is None:
+        pytest.skip(skip)
+    if result is not None:
+        result["message"] = fail
+    pytest.fail(fail, pytrace=False)
 
 
 @pytest.fixture

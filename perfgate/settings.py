@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from perfgate.launch import LAUNCHERS
+LAUNCHERS = {
+    "local": "every node's torchrun agent on this host",
+    "slurm": "one srun job step per launch, one agent per node (inside an allocation, or srun asks for one with "
+             "--slurm-args)",
+}
+"""--launcher's names; plan.node_launcher builds each."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,13 @@ def launcher(text: str) -> str:
     return text
 
 
+def arguments(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ValueError(f"cannot split {text!r} into arguments: {exc}") from None
+
+
 def name(text: str) -> str:
     if not text or "/" in text or text.startswith("."):
         raise ValueError(f"must be a plain name usable as a directory, got {text!r}")
@@ -77,8 +90,11 @@ OPTIONS = (
            "all on this host, meeting through c10d rendezvous (default: 1)", whole(1), 1, "N"),
     Option("--gpus-per-node", "gpus_per_node", "GPUs (ranks) per node for GPU cases "
            "(default: all visible GPUs, split evenly across --nodes by the local launcher)", whole(1), None, "N"),
-    Option("--launcher", "launcher", f"how nodes are started: {', '.join(LAUNCHERS)} (default: local)",
-           launcher, "local", "NAME"),
+    Option("--launcher", "launcher", "how nodes are started: " + "; ".join(f"{name}: {what}" for name, what in
+           LAUNCHERS.items()) + " (default: local)", launcher, "local", "NAME"),
+    Option("--slurm-args", "slurm_args", "options srun gets for every launch of --launcher slurm, as one string "
+           "(split like a shell would, never run by one), e.g. \"--partition gpu --account proj --time 30\"; "
+           "needed outside an allocation", arguments, (), "ARGS"),
     Option("--update-baselines", "update_baselines", "measure, then write the results as the baselines of this "
            "hardware class (atomically; prints old -> new) instead of gating against them"),
     Option("--baseline-dir", "baseline_dir", "root of the baseline files (default: <rootdir>/baselines)",
@@ -127,6 +143,7 @@ class Settings:
     nodes: int = 1
     gpus_per_node: int | None = None
     launcher: str = "local"
+    slurm_args: tuple[str, ...] = ()
     update_baselines: bool = False
     baseline_dir: Path = Path("baselines")
     hardware_class: str | None = None

@@ -1,0 +1,136 @@
+"""--launcher slurm against a real SLURM cluster of two node daemons on this host (tests/slurm_cluster.py).
+
+The workload is a small real DDP job (gloo, one rank per node) so each launch takes seconds; what is
+tested is the launcher: srun steps inside and outside an allocation, per-node logs, a failed node
+named, and a hang cancelled with nothing left on any node.
+"""
+
+import json
+import re
+import subprocess
+
+import pytest
+
+import slurm_cluster
+from conftest import leftover_processes
+
+TOY_DDP = """
+import argparse, os, pathlib, time
+import torch
+import torch.distributed as dist
+from perfgate.records import StepRecorder
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int)
+parser.add_argument("--records", type=pathlib.Path)
+parser.add_argument("--crash-node", type=int, default=-1)
+parser.add_argument("--hang", action="store_true")
+args = parser.parse_args()
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+recorder = StepRecorder(args.records if rank == 0 else None, device_type="cpu")
+recorder.write("start", world_size=dist.get_world_size(), global_batch=32 * dist.get_world_size(), device="cpu")
+recorder.begin()
+for step in range(args.steps):
+    recorder.data_ready()
+    if step == 2 and int(os.environ["SLURM_NODEID"]) == args.crash_node:
+        raise RuntimeError(f"planted crash on node {os.environ['SLURMD_NODENAME']}")
+    while args.hang and step == 2:
+        time.sleep(1)
+    loss = model(torch.randn(32, 64)).square().mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    time.sleep(0.05)
+    recorder.end_step(step, samples=32 * dist.get_world_size(), data_s=0.0, lr=None, scalars={"loss": loss.detach()})
+recorder.close(peak_memory_bytes=0)
+dist.destroy_process_group()
+"""
+SUITE = """
+from perfgate.cases import Case, Flavour, parametrize
+
+TOY = {toy!r}
+CASES = [
+    Case("toy", "ddp", (TOY,), cpu=Flavour({{}}, steps=10, warmup=2, tolerance=0.5, ranks_per_node=1, timeout_s=120)),
+    Case("toy", "crash", (TOY,), cpu=Flavour({{"crash-node": 1}}, steps=10, warmup=2, ranks_per_node=1, timeout_s=120)),
+    Case("toy", "hang", (TOY,), cpu=Flavour({{"hang": True}}, steps=10, warmup=2, ranks_per_node=1, timeout_s=120)),
+]
+
+@parametrize(CASES)
+def test_toy(perfgate, case):
+    perfgate.check(case)
+"""
+CLASS = "slurm-two-nodes"
+ARGS = ["--launcher", "slurm", "--nodes", "2", "--baseline-dir", "b", "--hardware-class", CLASS,
+        "-p", "no:cacheprovider", "--perf-repeats", "1", "--perf-max-repeats", "2"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why_not = slurm_cluster.missing()
+    if why_not:
+        pytest.skip(why_not)
+    started = slurm_cluster.SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def suite(pytester, cluster, monkeypatch):
+    pytester.makepyfile(toy_ddp=TOY_DDP)
+    pytester.makepyfile(test_suite=SUITE.format(toy=str(pytester.path / "toy_ddp.py")))
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_NODELIST", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
+    return pytester
+
+
+def run(pytester, *args):
+    return pytester.runpytest_subprocess(*ARGS, *args, timeout=300)
+
+
+def allocate(cluster):
+    """salloc --no-shell: a job of both nodes that the launcher's steps run inside, as under sbatch."""
+    granted = subprocess.run(["salloc", "--nodes", "2", "--no-shell", "--job-name", "perfgate-test-allocation"],
+                             env=cluster.env, capture_output=True, text=True, timeout=60, check=True)
+    return re.search(r"Granted job allocation (\d+)", granted.stderr)[1]
+
+
+def test_a_case_on_two_slurm_nodes_inside_an_allocation_passes_against_its_fresh_baseline(suite, cluster,
+                                                                                          monkeypatch):
+    job = allocate(cluster)
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+    try:
+        run(suite, "-k", "ddp", "--update-baselines", "--perf-baseline-repeats", "2").assert_outcomes(passed=1)
+        gate = run(suite, "-k", "ddp")
+    finally:
+        cluster.run("scancel", job)
+    gate.assert_outcomes(passed=1)
+    gate.stdout.fnmatch_lines(["*toy-ddp-cpu*samples_per_second*pass*"])
+    stored = json.loads((suite.path / "b" / CLASS / "toy-ddp-cpu.json").read_text())
+    assert stored["provenance"]["command"].startswith("srun --nodes 2 --ntasks-per-node 1 --job-name perfgate-")
+    run_dir = max(suite.path.glob("**/test_toy_ddp_cpu_0/run0"), key=lambda p: p.stat().st_mtime)
+    heads = [(run_dir / f"agent{node}.log").read_text().splitlines()[0] for node in (0, 1)]
+    assert heads == ["# node 0 of the step: n1", "# node 1 of the step: n2"]
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").open()]
+    assert steps[0]["world_size"] == 2
+
+
+def test_a_crash_on_the_second_node_is_classified_and_names_that_node(suite, cluster):
+    result = run(suite, "-k", "crash")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "toy-crash-cpu: crashed in run 1: rank ? (node 1 (n2), local rank 0) failed: exit code 1.",
+        "*RuntimeError: planted crash on node n2",
+    ])
+    assert cluster.jobs() == []
+
+
+def test_a_hang_is_cancelled_with_no_process_left_on_any_node(suite, cluster):
+    result = run(suite, "-k", "hang", "--perf-timeout", "15")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*toy-hang-cpu: timeout in run 1: no exit after the 15 s timeout*"])
+    assert leftover_processes(str(suite.path)) == []
+    assert cluster.jobs() == []
