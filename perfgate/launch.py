@@ -25,6 +25,9 @@ from typing import Callable, Mapping, Protocol, Sequence
 import psutil
 
 RUN_ID_ENV = "PERFGATE_RUN_ID"
+NODE_ENV = "PERFGATE_NODE"
+"""The node's number in the launch (0 .. nodes-1), set by every launcher for the agent and its ranks; torchrun's
+GROUP_RANK is the order the nodes joined the rendezvous in, which can differ."""
 PEER_GRACE_S = 10.0
 KILL_GRACE_S = 5.0
 POLL_S = 0.5
@@ -136,7 +139,7 @@ def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> 
     try:
         for node in range(spec.nodes):
             command = agent_command(spec, node, endpoint, run_id)
-            node_env = dict(env)
+            node_env = {**env, NODE_ENV: str(node)}
             if spec.devices_per_node is not None:
                 node_env["CUDA_VISIBLE_DEVICES"] = spec.devices_per_node[node]
             log_path = spec.workdir / f"agent{node}.log"

@@ -17,6 +17,7 @@ from perfgate.launch import LaunchSpec, LocalLauncher, NodeLauncher, port_share
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.settings import Settings
 from perfgate.slurm import SlurmLauncher
+from perfgate.ssh import SshLauncher
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,6 +84,8 @@ def node_launcher(settings: Settings) -> NodeLauncher:
     """The --launcher the settings name, with its options."""
     if settings.launcher == "slurm":
         return SlurmLauncher(settings.slurm_args)
+    if settings.launcher == "ssh":
+        return SshLauncher(settings.hosts, settings.ssh_args)
     return LocalLauncher()
 
 

@@ -14,6 +14,7 @@ LAUNCHERS = {
     "local": "every node's torchrun agent on this host",
     "slurm": "one srun job step per launch, one agent per node (inside an allocation, or srun asks for one with "
              "--slurm-args)",
+    "ssh": "one agent per host of --hosts over ssh in BatchMode, the first host the endpoint",
 }
 """--launcher's names; plan.node_launcher builds each."""
 
@@ -72,6 +73,14 @@ def launcher(text: str) -> str:
     return text
 
 
+def host_list(text: str) -> tuple[str, ...]:
+    hosts = tuple(host.strip() for host in text.split(",") if host.strip())
+    bad = [host for host in hosts if host.startswith("-") or any(c.isspace() for c in host)]
+    if not hosts or bad:
+        raise ValueError(f"must be host names separated by commas, got {text!r}")
+    return hosts
+
+
 def arguments(text: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text))
@@ -95,6 +104,10 @@ OPTIONS = (
     Option("--slurm-args", "slurm_args", "options srun gets for every launch of --launcher slurm, as one string "
            "(split like a shell would, never run by one), e.g. \"--partition gpu --account proj --time 30\"; "
            "needed outside an allocation", arguments, (), "ARGS"),
+    Option("--hosts", "hosts", "the hosts of --launcher ssh, comma-separated, one node each; the first is the "
+           "rendezvous endpoint (--nodes defaults to their number)", host_list, (), "H1,H2,..."),
+    Option("--ssh-args", "ssh_args", "options every ssh call of --launcher ssh gets, as one string (split like a "
+           "shell would), e.g. \"-p 2222 -i ~/.ssh/ci_key\"", arguments, (), "ARGS"),
     Option("--update-baselines", "update_baselines", "measure, then write the results as the baselines of this "
            "hardware class (atomically; prints old -> new) instead of gating against them"),
     Option("--baseline-dir", "baseline_dir", "root of the baseline files (default: <rootdir>/baselines)",
@@ -144,6 +157,8 @@ class Settings:
     gpus_per_node: int | None = None
     launcher: str = "local"
     slurm_args: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    ssh_args: tuple[str, ...] = ()
     update_baselines: bool = False
     baseline_dir: Path = Path("baselines")
     hardware_class: str | None = None
@@ -181,6 +196,7 @@ def add_options(parser: pytest.Parser) -> None:
 def resolve(config: pytest.Config) -> Settings:
     """Builds the session's settings; a bad value is a usage error naming the option and its source."""
     values: dict[str, Any] = {}
+    defaulted: set[str] = set()
     for option in OPTIONS:
         raw, source = config.getoption(option.dest), f"{option.flag} (command line)"
         if raw is None:
@@ -190,11 +206,20 @@ def resolve(config: pytest.Config) -> Settings:
             continue
         if raw in (None, ""):
             values[option.dest] = option.default
+            defaulted.add(option.dest)
             continue
         try:
             values[option.dest] = option.parse(str(raw))
         except ValueError as exc:
             raise pytest.UsageError(f"perfgate: invalid value for {source}: {exc}") from None
+    if values["launcher"] == "ssh":
+        if not values["hosts"]:
+            raise pytest.UsageError("perfgate: --launcher ssh needs --hosts H1,H2,... (one per node)")
+        if "nodes" in defaulted:
+            values["nodes"] = len(values["hosts"])
+        if values["nodes"] > len(values["hosts"]):
+            raise pytest.UsageError(f"perfgate: --nodes {values['nodes']} needs as many --hosts, got "
+                                    f"{len(values['hosts'])}: {','.join(values['hosts'])}")
     baseline_dir = values.pop("baseline_dir") or Path(config.rootpath) / "baselines"
     settings = Settings(baseline_dir=Path(baseline_dir).resolve(), **values)
     if settings.steps is not None and settings.warmup is not None and settings.warmup >= settings.steps:

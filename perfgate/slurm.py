@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from perfgate.launch import (
-    RUN_ID_ENV, LaunchFailed, LaunchResult, LaunchSpec, agent_command, diagnose_failure, free_port, kill_run,
+    NODE_ENV, RUN_ID_ENV, LaunchFailed, LaunchResult, LaunchSpec, agent_command, diagnose_failure, free_port, kill_run,
     wait_for_agents,
 )
 
@@ -129,6 +129,7 @@ def node_side(argv: Sequence[str] | None = None) -> None:
     spec = LaunchSpec(entry=entry, workdir=args.workdir, nodes=args.nodes, procs_per_node=args.procs_per_node,
                       timeout_s=args.timeout)
     node = int(os.environ["SLURM_NODEID"])
+    os.environ[NODE_ENV] = str(node)
     command = agent_command(spec, node, f"{first_node_address()}:{args.port}", args.run_id)
     print(f"# node {node} of the step: {os.environ.get('SLURMD_NODENAME', '?')}\n$ {' '.join(command)}", flush=True)
     os.execv(command[0], command)

@@ -13,55 +13,8 @@ import pytest
 
 import slurm_cluster
 from conftest import leftover_processes
+from multinode import write_suite
 
-TOY_DDP = """
-import argparse, os, pathlib, time
-import torch
-import torch.distributed as dist
-from perfgate.records import StepRecorder
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int)
-parser.add_argument("--records", type=pathlib.Path)
-parser.add_argument("--crash-node", type=int, default=-1)
-parser.add_argument("--hang", action="store_true")
-args = parser.parse_args()
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-recorder = StepRecorder(args.records if rank == 0 else None, device_type="cpu")
-recorder.write("start", world_size=dist.get_world_size(), global_batch=32 * dist.get_world_size(), device="cpu")
-recorder.begin()
-for step in range(args.steps):
-    recorder.data_ready()
-    if step == 2 and int(os.environ["SLURM_NODEID"]) == args.crash_node:
-        raise RuntimeError(f"planted crash on node {os.environ['SLURMD_NODENAME']}")
-    while args.hang and step == 2:
-        time.sleep(1)
-    loss = model(torch.randn(32, 64)).square().mean()
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad()
-    time.sleep(0.05)
-    recorder.end_step(step, samples=32 * dist.get_world_size(), data_s=0.0, lr=None, scalars={"loss": loss.detach()})
-recorder.close(peak_memory_bytes=0)
-dist.destroy_process_group()
-"""
-SUITE = """
-from perfgate.cases import Case, Flavour, parametrize
-
-TOY = {toy!r}
-CASES = [
-    Case("toy", "ddp", (TOY,), cpu=Flavour({{}}, steps=10, warmup=2, tolerance=0.5, ranks_per_node=1, timeout_s=120)),
-    Case("toy", "crash", (TOY,), cpu=Flavour({{"crash-node": 1}}, steps=10, warmup=2, ranks_per_node=1, timeout_s=120)),
-    Case("toy", "hang", (TOY,), cpu=Flavour({{"hang": True}}, steps=10, warmup=2, ranks_per_node=1, timeout_s=120)),
-]
-
-@parametrize(CASES)
-def test_toy(perfgate, case):
-    perfgate.check(case)
-"""
 CLASS = "slurm-two-nodes"
 ARGS = ["--launcher", "slurm", "--nodes", "2", "--baseline-dir", "b", "--hardware-class", CLASS,
         "-p", "no:cacheprovider", "--perf-repeats", "1", "--perf-max-repeats", "2"]
@@ -79,8 +32,7 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def suite(pytester, cluster, monkeypatch):
-    pytester.makepyfile(toy_ddp=TOY_DDP)
-    pytester.makepyfile(test_suite=SUITE.format(toy=str(pytester.path / "toy_ddp.py")))
+    write_suite(pytester)
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
     for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_NODELIST", "SLURM_JOB_NODELIST"):
         monkeypatch.delenv(name, raising=False)
@@ -123,7 +75,7 @@ def test_a_crash_on_the_second_node_is_classified_and_names_that_node(suite, clu
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "toy-crash-cpu: crashed in run 1: rank ? (node 1 (n2), local rank 0) failed: exit code 1.",
-        "*RuntimeError: planted crash on node n2",
+        "*RuntimeError: planted crash on node 1",
     ])
     assert cluster.jobs() == []
 

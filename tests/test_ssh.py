@@ -1,0 +1,66 @@
+"""--launcher ssh against a real sshd on two loopback addresses (tests/ssh_server.py), with the toy DDP job of
+tests/multinode.py: a case that passes against its fresh baseline, a crash on the second host named, and a hang
+ended with nothing of it left on either host."""
+
+import json
+
+import pytest
+
+import ssh_server
+from conftest import leftover_processes
+from multinode import write_suite
+
+CLASS = "ssh-two-hosts"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    why_not = ssh_server.missing()
+    if why_not:
+        pytest.skip(why_not)
+    started = ssh_server.SshServer(tmp_path_factory.mktemp("sshd")).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def suite(pytester, server):
+    write_suite(pytester)
+    return pytester
+
+
+def run(pytester, server, *args):
+    return pytester.runpytest_subprocess(
+        "--launcher", "ssh", "--hosts", ",".join(ssh_server.HOSTS), f"--ssh-args={server.client_args}",
+        "--baseline-dir", "b", "--hardware-class", CLASS, "-p", "no:cacheprovider", "--perf-repeats", "1",
+        "--perf-max-repeats", "2", *args, timeout=300)
+
+
+def test_a_case_on_two_hosts_over_ssh_passes_against_its_fresh_baseline(suite, server):
+    run(suite, server, "-k", "ddp", "--update-baselines", "--perf-baseline-repeats", "2").assert_outcomes(passed=1)
+    gate = run(suite, server, "-k", "ddp")
+    gate.assert_outcomes(passed=1)
+    gate.stdout.fnmatch_lines(["*toy-ddp-cpu*samples_per_second*pass*"])
+    stored = json.loads((suite.path / "b" / CLASS / "toy-ddp-cpu.json").read_text())
+    assert stored["provenance"]["command"].startswith("ssh -o BatchMode=yes")
+    run_dir = max(suite.path.glob("**/test_toy_ddp_cpu_0/run0"), key=lambda p: p.stat().st_mtime)
+    heads = [(run_dir / f"agent{node}.log").read_text().splitlines()[0] for node in (0, 1)]
+    assert heads == ["# node 0: 127.0.0.1", "# node 1: 127.0.0.2"]
+    assert json.loads((run_dir / "steps.jsonl").open().readline())["world_size"] == 2
+
+
+def test_a_crash_on_the_second_host_is_classified_and_names_that_host(suite, server):
+    result = run(suite, server, "-k", "crash")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "toy-crash-cpu: crashed in run 1: rank ? (node 1 (127.0.0.2), local rank 0) failed: exit code 1.",
+        "*RuntimeError: planted crash on node 1",
+    ])
+    assert leftover_processes(str(suite.path)) == []
+
+
+def test_a_hang_is_ended_on_every_host_with_no_process_left(suite, server):
+    result = run(suite, server, "-k", "hang", "--perf-timeout", "15")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*toy-hang-cpu: timeout in run 1: no exit after the 15 s timeout*"])
+    assert leftover_processes(str(suite.path)) == []
