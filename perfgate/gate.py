@@ -212,7 +212,7 @@ class Gate:
                 tolerance=tolerance, unit=METRICS[name].unit, runs=runs,
             )
         provenance = hardware.provenance(plan.hardware, root=self._root, command=measurement.command,
-                                         hardware_class_name=plan.hardware_class)
+                                         hardware_class_name=plan.hardware_class, nodes=plan.node_hardware)
         provenance["hardware"]["detected_class"] = plan.detected_class
         if run.kind == "gpu":
             nvml, why_not = self._nvml()

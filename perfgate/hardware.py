@@ -8,7 +8,9 @@ A hardware class names what a number can be compared across: GPU model x GPUs pe
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import json
 import os
 import platform
 import re
@@ -16,6 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -28,10 +31,39 @@ class Hardware:
     gpu_count: int = 0
     cpu_generation: str = ""
     """Family, model and vector extensions (see cpu_generation): a VM's model name ("AMD EPYC") hides them."""
+    host: str = ""
+    """The node's name, where a launcher read it from another node."""
 
     @property
     def has_gpu(self) -> bool:
         return self.gpu_count > 0
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> "Hardware":
+        fields = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in fields})  # type: ignore[arg-type]
+
+
+class MixedNodesError(ValueError):
+    """The nodes of a launch differ in what a hardware class names, so no class fits them all."""
+
+
+def common(nodes: Sequence[Hardware], kind: str) -> Hardware:
+    """The hardware every node of a launch has: the first node's, with the fewest GPUs any node has. GPU
+    cases need one GPU model on every node, CPU cases one processor; else MixedNodesError names the nodes."""
+    def model(node: Hardware) -> str:
+        return (node.gpu_model or "no GPU") if kind == "gpu" else cpu_name(node)
+
+    if len({model(node) for node in nodes}) > 1:
+        listing = ", ".join(f"{node.host or f'node {i}'}: {model(node)}" for i, node in enumerate(nodes))
+        what = "GPU models" if kind == "gpu" else "processors"
+        raise MixedNodesError(f"the nodes have different {what} ({listing}); a hardware class names one, so "
+                              "pick nodes of one kind (a SLURM --constraint in --slurm-args, or --hosts)")
+    return dataclasses.replace(nodes[0], gpu_count=min(node.gpu_count for node in nodes),
+                               cpu_cores=min(node.cpu_cores for node in nodes))
 
 
 def slug(text: str) -> str:
@@ -151,8 +183,10 @@ def _version(package: str) -> str | None:
         return None
 
 
-def provenance(hardware: Hardware, *, root: Path, command: str, hardware_class_name: str) -> dict[str, object]:
-    return {
+def provenance(hardware: Hardware, *, root: Path, command: str, hardware_class_name: str,
+               nodes: Sequence[Hardware] = ()) -> dict[str, object]:
+    """Where a baseline came from; ``nodes``: each node's hardware, where a launcher read it from every node."""
+    found = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(root),
         "versions": software_versions(),
@@ -167,6 +201,9 @@ def provenance(hardware: Hardware, *, root: Path, command: str, hardware_class_n
         },
         "command": command,
     }
+    if nodes:
+        found["hardware"]["nodes"] = [node.to_json() for node in nodes]  # type: ignore[index]
+    return found
 
 
 def gpus_for_worker(ids: list[str], worker: int, workers: int) -> list[str]:
@@ -174,3 +211,8 @@ def gpus_for_worker(ids: list[str], worker: int, workers: int) -> list[str]:
     parallel cases never share a GPU (and each share stays on neighbouring devices)."""
     share = len(ids) // workers
     return ids[worker * share:(worker + 1) * share]
+
+
+if __name__ == "__main__":
+    # What a launcher runs on each node to read its hardware: one JSON line.
+    print(json.dumps({**detect().to_json(), "host": os.environ.get("SLURMD_NODENAME") or platform.node()}))

@@ -8,6 +8,7 @@ its ranks carry a ``PERFGATE_RUN_ID`` in their environment, so processes that ou
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
 import psutil
+
+from perfgate.hardware import Hardware, detect
 
 RUN_ID_ENV = "PERFGATE_RUN_ID"
 NODE_ENV = "PERFGATE_NODE"
@@ -174,12 +177,38 @@ class NodeLauncher(Protocol):
 
     def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult: ...
 
+    def node_hardware(self, nodes: int, env: Mapping[str, str]) -> list[Hardware]:
+        """What each of ``nodes`` nodes offers (``python -m perfgate.hardware`` there); LaunchFailed if unreadable."""
+
 
 class LocalLauncher:
     """Every node's torchrun agent on this host (``--nodes 2`` rehearses two nodes on one machine)."""
 
     def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:
         return launch(spec, on_poll)
+
+    def node_hardware(self, nodes: int, env: Mapping[str, str]) -> list[Hardware]:
+        """This host, once: every node is on it."""
+        return [detect()]
+
+
+def read_node_hardware(command: Sequence[str], env: Mapping[str, str], what: str) -> list[Hardware]:
+    """Runs a hardware probe command and parses its JSON lines (``N: {...}`` with srun --label, sorted by N)."""
+    try:
+        done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchFailed("setup-error", f"could not read the hardware of {what}: {exc}") from None
+    found = []
+    for line in done.stdout.splitlines():
+        label, _, data = line.partition("{")
+        if data:
+            found.append((int(label.strip(" :") or 0), Hardware.from_json(json.loads("{" + data))))
+    if done.returncode != 0 or not found:
+        last = "\n".join((done.stderr or done.stdout).strip().splitlines()[-LOG_TAIL_LINES:])
+        raise LaunchFailed("setup-error", f"could not read the hardware of {what}: {shlex.join(command)} exited "
+                                          f"{done.returncode}:\n{last}")
+    return [hardware for _, hardware in sorted(found, key=lambda item: item[0])]
 
 
 def wait_for_agents(agents: Sequence[subprocess.Popen], spec: LaunchSpec, start: float,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from perfgate import baselines, hardware
 from perfgate.cases import DEFAULT_CPU_RANKS, CaseRun
@@ -38,6 +39,8 @@ class Plan:
     baseline_file: Path
     test_id: str
     """The pytest node id, for messages that say how to run this case again."""
+    node_hardware: tuple[hardware.Hardware, ...] = ()
+    """Each node's hardware, where the launcher read it from every node (not the local launcher)."""
 
     @property
     def tolerance_floor(self) -> float:
@@ -46,12 +49,18 @@ class Plan:
         return flavour.tolerance if flavour.tolerance is not None else flavour.tolerance_floor
 
 
-def plan(run: CaseRun, settings: Settings, hw: hardware.Hardware, *, workdir: Path, root: Path,
+def plan(run: CaseRun, settings: Settings, node_hardware: Sequence[hardware.Hardware], *, workdir: Path, root: Path,
          test_id: str) -> Plan:
-    """Resolves the case against the settings and this host; raises CaseSkipped or CaseFailed before any launch."""
+    """Resolves the case against the settings and the nodes' hardware (the local launcher's one entry is this
+    host); raises CaseSkipped or CaseFailed before any launch."""
     flavour = run.flavour
+    try:
+        hw = hardware.common(node_hardware, run.kind)
+    except hardware.MixedNodesError as exc:
+        raise CaseFailed(f"{run.key}: {exc}") from None
     if run.kind == "gpu" and not hw.has_gpu:
-        raise CaseSkipped("GPU flavour: torch sees no CUDA GPU on this machine (the CPU flavour runs with -m cpu)")
+        where = "this machine" if settings.launcher == "local" else f"the nodes of the {settings.launcher} launcher"
+        raise CaseSkipped(f"GPU flavour: torch sees no CUDA GPU on {where} (the CPU flavour runs with -m cpu)")
     if settings.inject_slowdown and run.case.inject_flag is None:
         raise CaseSkipped(f"{run.key}: its workload has no way to plant a slowdown (--perf-inject-slowdown)")
     nodes = settings.nodes
@@ -77,7 +86,8 @@ def plan(run: CaseRun, settings: Settings, hw: hardware.Hardware, *, workdir: Pa
         path = baselines.baseline_path(settings.baseline_dir, hw_class, run.key)
     except baselines.BaselineError as exc:
         raise CaseFailed(f"{run.key}: {exc}") from None
-    return Plan(run, spec, hw, hw_class, detected, nodes * per_node, steps, warmup, path, test_id)
+    spread = tuple(node_hardware) if settings.launcher != "local" else ()
+    return Plan(run, spec, hw, hw_class, detected, nodes * per_node, steps, warmup, path, test_id, spread)
 
 
 def node_launcher(settings: Settings) -> NodeLauncher:
@@ -97,12 +107,12 @@ def ranks_per_node(run: CaseRun, settings: Settings, hw: hardware.Hardware) -> t
     here = nodes if settings.launcher == "local" else 1
     if run.kind == "cpu":
         per_node = run.flavour.ranks_per_node or DEFAULT_CPU_RANKS
-        check_cpu_ranks(run, per_node, nodes, here)
+        check_cpu_ranks(run, per_node, nodes, here, hw.cpu_cores)
         return per_node, None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if settings.launcher == "local" else None
     ids = [d for d in visible.split(",") if d] if visible else [str(i) for i in range(hw.gpu_count)]
     worker, workers = xdist_worker()
-    if workers > 1:
+    if workers > 1 and settings.launcher == "local":
         ids = hardware.gpus_for_worker(ids, worker, workers)
         if not ids:
             raise CaseSkipped(f"{run.key}: {workers} pytest-xdist workers share {hw.gpu_count} GPU(s) and worker "
@@ -123,26 +133,31 @@ def ranks_per_node(run: CaseRun, settings: Settings, hw: hardware.Hardware) -> t
     return per_node, [",".join(ids[i * per_node:(i + 1) * per_node]) for i in range(nodes)]
 
 
-def check_cpu_ranks(run: CaseRun, per_node: int, nodes: int, here: int) -> None:
-    """Ranks beyond a host's cores time-share them: their timing would measure the scheduler. ``here`` of the
-    ``nodes`` run on this host (all of them for the local launcher)."""
-    cores = len(os.sched_getaffinity(0))
+def check_cpu_ranks(run: CaseRun, per_node: int, nodes: int, here: int, cores: int) -> None:
+    """Ranks beyond a host's usable cores time-share them: their timing would measure the scheduler. ``here`` of
+    the ``nodes`` run on one host (all of them for the local launcher)."""
     if per_node * here <= cores:
         return
-    if nodes == 1:
-        raise CaseSkipped(f"{run.key}: {per_node} CPU ranks need {per_node} cores, this host has {cores}")
+    if here == 1:
+        where = "this host" if nodes == 1 else "a node"
+        raise CaseSkipped(f"{run.key}: {per_node} CPU ranks need {per_node} cores, {where} has {cores}")
     raise CaseFailed(f"{run.key}: --nodes {nodes} x {per_node} CPU ranks per node needs {nodes * per_node} cores "
                      f"for the local launcher, but {cores} are available; lower --nodes (at most {cores // per_node})")
 
 
+def import_env(root: Path) -> dict[str, str]:
+    """Children (ranks, probes on other nodes) import perfgate and resolve workloads even when it is not installed."""
+    paths = [str(PACKAGE_ROOT), str(root), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in dict.fromkeys(paths) if p), "PYTHONUNBUFFERED": "1"}
+
+
 def child_env(kind: str, root: Path) -> dict[str, str]:
-    """Children import perfgate (records) and resolve workloads even when it is not installed.
+    """What a case's ranks need beyond the launcher's environment.
 
     CPU ranks get one thread each (torchrun's own choice for several ranks per node), so a DDP size
     family on CPU compares 1 core with N cores; an OMP_NUM_THREADS of the user's wins.
     """
-    paths = [str(PACKAGE_ROOT), str(root), os.environ.get("PYTHONPATH", "")]
-    env = {"PYTHONPATH": os.pathsep.join(p for p in dict.fromkeys(paths) if p), "PYTHONUNBUFFERED": "1"}
+    env = import_env(root)
     if kind == "cpu":
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
     return env

@@ -23,7 +23,8 @@ from perfgate.cases import CaseRun
 from perfgate.gate import Gate, StoredBaseline
 from perfgate.measure import Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.plan import node_launcher, plan
+from perfgate.launch import LaunchFailed, NodeLauncher
+from perfgate.plan import import_env, node_launcher, plan
 from perfgate.settings import Settings, add_options, resolve
 
 MARKERS = {
@@ -45,13 +46,19 @@ class SessionState:
         self.results: list[dict[str, Any]] = []
         self.left_out: dict[str, int] = {}
         """Cases deselected by mark (full_matrix, slow) because their option was not given."""
-        self._hardware: hardware.Hardware | None = None
+        self._nodes: list[hardware.Hardware] | str | None = None
         self._nvml: tuple[Any, str] | None = None
 
-    def hardware(self) -> hardware.Hardware:
-        if self._hardware is None:
-            self._hardware = hardware.detect()
-        return self._hardware
+    def node_hardware(self, launcher: NodeLauncher) -> list[hardware.Hardware]:
+        """Each node's hardware, read once per session through the launcher; CaseFailed (every case) if unreadable."""
+        if self._nodes is None:
+            try:
+                self._nodes = launcher.node_hardware(self.settings.nodes, import_env(self.root))
+            except LaunchFailed as failure:
+                self._nodes = f"--launcher {self.settings.launcher}: {failure.message}"
+        if isinstance(self._nodes, str):
+            raise CaseFailed(self._nodes)
+        return self._nodes
 
     def nvml(self) -> tuple[Any, str]:
         """(pynvml, "") once NVML started, or (None, why not); tried once per session."""
@@ -132,8 +139,9 @@ class PerfGate:
     def check(self, run: CaseRun) -> dict[str, Any]:
         """Launches ``run`` (repeatedly), measures it and judges it against its baseline; returns the result."""
         state, settings = self.state, self.state.settings
+        launcher = node_launcher(settings)
         with _as_pytest_outcome(None):
-            planned = plan(run, settings, state.hardware(), workdir=self.workdir, root=state.root,
+            planned = plan(run, settings, state.node_hardware(launcher), workdir=self.workdir, root=state.root,
                            test_id=self.request.node.nodeid)
         result: dict[str, Any] = {
             "case": run.key, "test": self.request.node.nodeid, "hardware_class": planned.hardware_class,
@@ -142,7 +150,7 @@ class PerfGate:
             "verdict": "error", "metrics": [],
         }
         self.request.node.user_properties.append((PROPERTY, result))
-        measurer = Measurer(planned, result, launcher=node_launcher(settings), root=state.root,
+        measurer = Measurer(planned, result, launcher=launcher, root=state.root,
                             inject_slowdown=settings.inject_slowdown, nvml=state.nvml, say=self._say,
                             tty=self._is_tty())
         gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,

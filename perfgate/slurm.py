@@ -18,11 +18,12 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
+from perfgate.hardware import Hardware
 from perfgate.launch import (
     NODE_ENV, RUN_ID_ENV, LaunchFailed, LaunchResult, LaunchSpec, agent_command, diagnose_failure, free_port, kill_run,
-    wait_for_agents,
+    read_node_hardware, wait_for_agents,
 )
 
 SRUN_TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): task (?P<task>\d+): (?P<what>.+)")
@@ -46,6 +47,12 @@ class SlurmLauncher:
             "--output", str(spec.workdir / "agent%n.log"), "--kill-on-bad-exit=1", "--export=ALL",
             *self.extra_args, *node_side,
         ]
+
+    def node_hardware(self, nodes: int, env: Mapping[str, str]) -> list[Hardware]:
+        """One job step of ``python -m perfgate.hardware`` on every node, its lines labelled by node."""
+        command = ["srun", "--nodes", str(nodes), "--ntasks-per-node", "1", "--job-name", "perfgate-hardware",
+                   "--label", *self.extra_args, sys.executable, "-m", "perfgate.hardware"]
+        return read_node_hardware(command, env, f"the {nodes} SLURM node(s)")
 
     def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:
         spec.workdir.mkdir(parents=True, exist_ok=True)

@@ -11,16 +11,18 @@ whatever of it is still alive there (a timeout, Ctrl-C and SIGTERM included).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import subprocess
 import sys
 import time
 import uuid
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
+from perfgate.hardware import Hardware
 from perfgate.launch import (
     NODE_ENV, RUN_ID_ENV, LaunchFailed, LaunchResult, LaunchSpec, agent_command, diagnose_failure, free_port, kill_run,
-    run_processes, wait_for_agents,
+    read_node_hardware, run_processes, wait_for_agents,
 )
 
 BATCH = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
@@ -42,6 +44,16 @@ class SshLauncher:
         environment = [f"{name}={value}" for name, value in {**spec.env, RUN_ID_ENV: run_id, NODE_ENV: node}.items()]
         agent = ["env", *environment, *agent_command(spec, node, endpoint, run_id)]
         return f"cd {shlex.quote(str(spec.workdir))} && exec {shlex.join(agent)}"
+
+    def node_hardware(self, nodes: int, env: Mapping[str, str]) -> list[Hardware]:
+        """``python -m perfgate.hardware`` on each host, named as --hosts names it."""
+        found = []
+        for host in self.hosts[:nodes]:
+            probe = shlex.join(["env", *[f"{name}={value}" for name, value in env.items()], sys.executable, "-m",
+                                "perfgate.hardware"])
+            node, = read_node_hardware(self.ssh(host, probe), {}, f"host {host}")
+            found.append(dataclasses.replace(node, host=host))
+        return found
 
     def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:
         if spec.nodes > len(self.hosts):

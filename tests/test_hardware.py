@@ -73,3 +73,22 @@ def test_cpu_generation_names_family_model_and_vector_extensions():
                "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 sha_ni\n\nprocessor\t: 1\nflags\t\t: fpu\n")
     assert hardware.cpu_generation(cpuinfo) == "family 26 model 2 avx2 avx512f avx512_bf16"
     assert hardware.cpu_generation("") == ""
+
+
+def h100(host, gpus=4):
+    return Hardware("AMD EPYC 9654", 96, "NVIDIA H100 80GB HBM3", gpus, host=host)
+
+
+def test_the_nodes_of_a_launch_share_a_class_with_the_fewest_gpus_any_node_has():
+    nodes = [h100("n1"), h100("n2", gpus=2)]
+    assert hardware.common(nodes, "gpu") == h100("n1", gpus=2)
+    assert Hardware.from_json({**nodes[1].to_json(), "unknown": 1}) == nodes[1]
+
+
+def test_mixed_gpu_models_or_processors_are_an_error_that_names_the_nodes():
+    a100 = Hardware("AMD EPYC 7763", 128, "NVIDIA A100-SXM4-40GB", 4, host="n2")
+    with pytest.raises(hardware.MixedNodesError, match=r"different GPU models \(n1: NVIDIA H100 80GB HBM3, "
+                                                       r"n2: NVIDIA A100-SXM4-40GB\).*--constraint"):
+        hardware.common([h100("n1"), a100], "gpu")
+    with pytest.raises(hardware.MixedNodesError, match=r"different processors \(n1: amd-epyc-9654, n2: amd-epyc-7763\)"):
+        hardware.common([h100("n1"), a100], "cpu")

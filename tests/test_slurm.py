@@ -63,6 +63,7 @@ def test_a_case_on_two_slurm_nodes_inside_an_allocation_passes_against_its_fresh
     gate.stdout.fnmatch_lines(["*toy-ddp-cpu*samples_per_second*pass*"])
     stored = json.loads((suite.path / "b" / CLASS / "toy-ddp-cpu.json").read_text())
     assert stored["provenance"]["command"].startswith("srun --nodes 2 --ntasks-per-node 1 --job-name perfgate-")
+    assert [node["host"] for node in stored["provenance"]["hardware"]["nodes"]] == ["n1", "n2"]
     run_dir = max(suite.path.glob("**/test_toy_ddp_cpu_0/run0"), key=lambda p: p.stat().st_mtime)
     heads = [(run_dir / f"agent{node}.log").read_text().splitlines()[0] for node in (0, 1)]
     assert heads == ["# node 0 of the step: n1", "# node 1 of the step: n2"]

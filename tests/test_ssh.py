@@ -43,6 +43,7 @@ def test_a_case_on_two_hosts_over_ssh_passes_against_its_fresh_baseline(suite, s
     gate.stdout.fnmatch_lines(["*toy-ddp-cpu*samples_per_second*pass*"])
     stored = json.loads((suite.path / "b" / CLASS / "toy-ddp-cpu.json").read_text())
     assert stored["provenance"]["command"].startswith("ssh -o BatchMode=yes")
+    assert [node["host"] for node in stored["provenance"]["hardware"]["nodes"]] == list(ssh_server.HOSTS)
     run_dir = max(suite.path.glob("**/test_toy_ddp_cpu_0/run0"), key=lambda p: p.stat().st_mtime)
     heads = [(run_dir / f"agent{node}.log").read_text().splitlines()[0] for node in (0, 1)]
     assert heads == ["# node 0: 127.0.0.1", "# node 1: 127.0.0.2"]
@@ -64,3 +65,13 @@ def test_a_hang_is_ended_on_every_host_with_no_process_left(suite, server):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*toy-hang-cpu: timeout in run 1: no exit after the 15 s timeout*"])
     assert leftover_processes(str(suite.path)) == []
+
+
+def test_a_host_that_cannot_be_reached_fails_every_case_before_launching_saying_which(suite, server):
+    result = suite.runpytest_subprocess(
+        "--launcher", "ssh", "--hosts", "127.0.0.1,127.0.0.3", f"--ssh-args={server.client_args}",
+        "--baseline-dir", "b", "-p", "no:cacheprovider", "-k", "ddp or crash", timeout=120)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*--launcher ssh: could not read the hardware of host 127.0.0.3: ssh -o BatchMode=yes"
+                                 "*exited 255:*"])
+    assert not list(suite.path.glob("**/agent0.log"))

@@ -1,0 +1,40 @@
+"""Planning a case against the nodes' hardware, before any launch."""
+
+import pytest
+
+from perfgate.cases import Case, CaseRun, Flavour
+from perfgate.hardware import Hardware
+from perfgate.outcome import CaseFailed, CaseSkipped
+from perfgate.plan import plan
+from perfgate.settings import Settings
+
+CASE = Case("w", "c", ("w.py",), cpu=Flavour({}, ranks_per_node=1), gpu=Flavour({}))
+
+
+def planned(tmp_path, kind, node_hardware, **settings):
+    return plan(CaseRun(CASE, kind), Settings(baseline_dir=tmp_path, **settings), node_hardware, workdir=tmp_path,
+                root=tmp_path, test_id="t")
+
+
+def test_a_gpu_case_on_remote_nodes_takes_their_gpus_and_records_every_node(tmp_path):
+    nodes = [Hardware("x", 64, "NVIDIA H100 80GB HBM3", 4, host=f"n{i}") for i in (1, 2)]
+    result = planned(tmp_path, "gpu", nodes, launcher="slurm", nodes=2)
+    assert (result.world_size, result.spec.procs_per_node, result.spec.devices_per_node) == (8, 4, None)
+    assert result.hardware_class == "nvidia-h100-80gb-hbm3-x4-n2"
+    assert [node.host for node in result.node_hardware] == ["n1", "n2"]
+
+
+def test_mixed_nodes_fail_naming_them_and_gpu_less_nodes_skip_a_gpu_case(tmp_path):
+    mixed = [Hardware("x", 64, "NVIDIA H100 80GB HBM3", 4, host="n1"), Hardware("x", 64, "NVIDIA L4", 4, host="n2")]
+    with pytest.raises(CaseFailed, match=r"w-c-gpu: the nodes have different GPU models \(n1: .*, n2: NVIDIA L4\)"):
+        planned(tmp_path, "gpu", mixed, launcher="ssh", hosts=("a", "b"), nodes=2)
+    cpu_only = [Hardware("x", 64, host="n1"), Hardware("x", 64, host="n2")]
+    with pytest.raises(CaseSkipped, match="no CUDA GPU on the nodes of the slurm launcher"):
+        planned(tmp_path, "gpu", cpu_only, launcher="slurm", nodes=2)
+
+
+def test_a_cpu_case_on_remote_nodes_needs_the_cores_of_one_node_only(tmp_path):
+    nodes = [Hardware("x", 1, host=f"n{i}") for i in range(8)]
+    result = planned(tmp_path, "cpu", nodes, launcher="slurm", nodes=8)
+    assert (result.world_size, result.spec.nodes) == (8, 8)
+    assert planned(tmp_path, "cpu", nodes[:1], nodes=1).node_hardware == ()
