@@ -63,6 +63,9 @@ class LaunchResult:
 OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|\bMemoryError\b|Cannot allocate memory")
 RENDEZVOUS_ERROR = re.compile(r"Rendezvous\w*(Error|Timeout)|EADDRINUSE|[Aa]ddress already in use")
 """An agent that could not host or join the c10d rendezvous (port taken, peers never came)."""
+PEER_FAILED = re.compile(r"Connection (closed|reset) by peer|remote worker crash|NCCL communicator was aborted|"
+                         r"Broken pipe")
+"""A rank that failed because another one did (its collective lost the peer): a consequence, not the cause."""
 USAGE_ERROR = re.compile(r"^[\w.-]+: error: ", re.M)
 """argparse's last line when a workload rejects its arguments: ``unet3d_train.py: error: ...``."""
 
@@ -262,8 +265,10 @@ def run_processes(run_id: str) -> list[psutil.Process]:
     return found
 
 
-def kill_run(agents: Sequence[subprocess.Popen], run_id: str) -> None:
-    """SIGTERM the whole run (agents, ranks, loader workers), SIGKILL what survives the grace period."""
+def kill_run(agents: Sequence[subprocess.Popen], run_id: str | None) -> None:
+    """SIGTERM the whole run (agents, ranks, loader workers), SIGKILL what survives the grace period. With
+    ``run_id`` None only the agents' own process trees: a remote launcher's local processes (srun, ssh), whose
+    nodes it cleans up itself."""
     procs: dict[int, psutil.Process] = {}
     for agent in agents:
         try:
@@ -272,7 +277,7 @@ def kill_run(agents: Sequence[subprocess.Popen], run_id: str) -> None:
                 procs[proc.pid] = proc
         except psutil.NoSuchProcess:
             continue
-    for proc in run_processes(run_id):
+    for proc in run_processes(run_id) if run_id else []:
         procs.setdefault(proc.pid, proc)
     alive = []
     for proc in procs.values():
@@ -342,6 +347,7 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
     def where(node: int) -> str:
         return f"node {node} ({node_names[node]})" if node < len(node_names) and node_names[node] else f"node {node}"
 
+    failed_ranks = []
     for node, log in enumerate(logs):
         if codes[node] == 0:
             continue
@@ -351,7 +357,10 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
             continue
         rank, local_rank, code = int(match["rank"]), int(match["local"]), int(match["code"])
         path = rank_log(spec.workdir, node, local_rank) or log
-        last_lines = tail(path)
+        failed_ranks.append((rank, node, local_rank, code, path, tail(path)))
+    if failed_ranks:
+        causes = [failed for failed in failed_ranks if not PEER_FAILED.search(failed[-1])] or failed_ranks
+        rank, node, local_rank, code, path, last_lines = causes[0]
         return LaunchFailed(
             failure_kind(last_lines),
             f"rank {rank} ({where(node)}, local rank {local_rank}) failed: {exit_description(code)}.\n"

@@ -73,7 +73,7 @@ class SlurmLauncher:
         finally:
             if srun.poll() is None:
                 cancel_steps(run_id)
-            kill_run([srun], run_id)
+            kill_run([srun], None)
         if srun.returncode != 0:
             failure = diagnose_srun(spec, srun.returncode, logs, srun_log)
             failure.commands = (tuple(command),)

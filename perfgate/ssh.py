@@ -82,7 +82,7 @@ class SshLauncher:
             raise
         finally:
             self.reap(hosts, run_id)
-            kill_run(agents, run_id)
+            kill_run(agents, None)
         codes = [agent.returncode for agent in agents]
         if any(code != 0 for code in codes):
             failure = diagnose_failure(spec, codes, logs, node_names=hosts)

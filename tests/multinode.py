@@ -1,6 +1,11 @@
 """A small real DDP job (gloo, one rank per node, seconds per launch) and a suite of three cases for the
 multi-node launchers' tests: one that runs, one whose second node crashes, one that hangs."""
 
+import signal
+import subprocess
+import sys
+import time
+
 TOY_DDP = """
 import argparse, os, pathlib, time
 import torch
@@ -54,3 +59,22 @@ def test_toy(perfgate, case):
 def write_suite(pytester):
     pytester.makepyfile(toy_ddp=TOY_DDP)
     pytester.makepyfile(test_suite=SUITE.format(toy=str(pytester.path / "toy_ddp.py")))
+
+
+def interrupt_mid_run(pytester, args, sig):
+    """Runs the hang case in a pytest session, sends ``sig`` once the last node's rank has started, and returns
+    (the session's exit code, its output, its --basetemp)."""
+    basetemp = pytester.path / f"interrupted-{sig.name}"
+    session = subprocess.Popen([sys.executable, "-m", "pytest", *args, "-k", "hang", "--basetemp", str(basetemp)],
+                               cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while not list(basetemp.glob("*/run0/node1/*/attempt_0/0")):
+            assert time.monotonic() < deadline and session.poll() is None, "the second node's rank never started"
+            time.sleep(0.5)
+        session.send_signal(sig)
+        output, _ = session.communicate(timeout=60)
+    finally:
+        session.kill()
+    return session.returncode, output, basetemp

@@ -150,3 +150,25 @@ def test_a_rendezvous_that_cannot_start_is_a_setup_error(tmp_path, monkeypatch, 
         with pytest.raises(LaunchFailed, match="rendezvous") as failure:
             launch(spec(tmp_path, "ok", timeout_s=10.0))
     assert failure.value.kind == "setup-error"
+
+
+def test_a_rank_that_lost_its_peer_is_not_blamed_for_the_crash_that_caused_it(tmp_path):
+    """Node 0's rank died of the gloo connection node 1's crash closed; node 1's rank is the cause, although
+    node 0 comes first."""
+    from perfgate.launch import diagnose_failure
+
+    tails = {0: "RuntimeError: [gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:23938.",
+             1: "RuntimeError: planted crash on node 1"}
+    logs = []
+    for node, (rank, last_line) in enumerate([(0, tails[0]), (1, tails[1])]):
+        rank_dir = tmp_path / f"node{node}" / "run_x" / "attempt_0" / "0"
+        rank_dir.mkdir(parents=True)
+        (rank_dir / "stderr.log").write_text(f"Traceback (most recent call last):\n{last_line}\n")
+        logs.append(tmp_path / f"agent{node}.log")
+        logs[-1].write_text(f"Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-23_05:20:33\n"
+                            f"  rank      : {rank} (local_rank: 0)\n  exitcode  : 1 (pid: 9)\n")
+    spec = LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=2)
+    failure = diagnose_failure(spec, [1, 1], logs, node_names=["h1", "h2"])
+    assert (failure.kind, failure.message.splitlines()[0]) == ("crashed", "rank 1 (node 1 (h2), local rank 0) failed: "
+                                                                          "exit code 1.")
+    assert diagnose_failure(spec, [1, 0], logs).message.startswith("rank 0 (node 0, local rank 0) failed")

@@ -7,13 +7,14 @@ named, and a hang cancelled with nothing left on any node.
 
 import json
 import re
+import signal
 import subprocess
 
 import pytest
 
 import slurm_cluster
 from conftest import leftover_processes
-from multinode import write_suite
+from multinode import interrupt_mid_run, write_suite
 
 CLASS = "slurm-two-nodes"
 ARGS = ["--launcher", "slurm", "--nodes", "2", "--baseline-dir", "b", "--hardware-class", CLASS,
@@ -86,4 +87,11 @@ def test_a_hang_is_cancelled_with_no_process_left_on_any_node(suite, cluster):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*toy-hang-cpu: timeout in run 1: no exit after the 15 s timeout*"])
     assert leftover_processes(str(suite.path)) == []
+    assert cluster.jobs() == []
+
+
+def test_sigterm_to_pytest_cancels_the_step_with_no_process_left(suite, cluster):
+    code, output, basetemp = interrupt_mid_run(suite, ARGS, signal.SIGTERM)
+    assert code != 0 and "KeyboardInterrupt" in output, output[-2000:]
+    assert leftover_processes(str(basetemp)) == []
     assert cluster.jobs() == []

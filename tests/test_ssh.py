@@ -3,12 +3,13 @@ tests/multinode.py: a case that passes against its fresh baseline, a crash on th
 ended with nothing of it left on either host."""
 
 import json
+import signal
 
 import pytest
 
 import ssh_server
 from conftest import leftover_processes
-from multinode import write_suite
+from multinode import interrupt_mid_run, write_suite
 
 CLASS = "ssh-two-hosts"
 
@@ -29,11 +30,14 @@ def suite(pytester, server):
     return pytester
 
 
+def options(server):
+    return ["--launcher", "ssh", "--hosts", ",".join(ssh_server.HOSTS), f"--ssh-args={server.client_args}",
+            "--baseline-dir", "b", "--hardware-class", CLASS, "-p", "no:cacheprovider", "--perf-repeats", "1",
+            "--perf-max-repeats", "2"]
+
+
 def run(pytester, server, *args):
-    return pytester.runpytest_subprocess(
-        "--launcher", "ssh", "--hosts", ",".join(ssh_server.HOSTS), f"--ssh-args={server.client_args}",
-        "--baseline-dir", "b", "--hardware-class", CLASS, "-p", "no:cacheprovider", "--perf-repeats", "1",
-        "--perf-max-repeats", "2", *args, timeout=300)
+    return pytester.runpytest_subprocess(*options(server), *args, timeout=300)
 
 
 def test_a_case_on_two_hosts_over_ssh_passes_against_its_fresh_baseline(suite, server):
@@ -75,3 +79,10 @@ def test_a_host_that_cannot_be_reached_fails_every_case_before_launching_saying_
     result.stdout.fnmatch_lines(["*--launcher ssh: could not read the hardware of host 127.0.0.3: ssh -o BatchMode=yes"
                                  "*exited 255:*"])
     assert not list(suite.path.glob("**/agent0.log"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupting_pytest_ends_the_run_on_every_host(suite, server, sig):
+    code, output, basetemp = interrupt_mid_run(suite, options(server), sig)
+    assert code != 0 and ("KeyboardInterrupt" in output or "Interrupted" in output), output[-2000:]
+    assert leftover_processes(str(basetemp)) == []
