@@ -7,6 +7,11 @@ directory), then runs the gate ``--trials`` times per planted slowdown size, eac
 session at the default settings, sizes interleaved in a shuffled order so that slow spells of a
 shared machine fall on every size alike. Reports per size how often the gate failed (for 0: false
 alarms) and how long each verdict took, as a Markdown table, and writes every trial to JSON.
+
+    python benchmarks/detection_power.py --against HEAD --trials 20 --sizes 0 0.03 0.05 0.10
+
+A/B mode: no baseline; each trial judges the working tree (with the plant) against REF measured in the
+same session, pair by pair (``--perf-against``). The working tree must be committed.
 """
 
 from __future__ import annotations
@@ -72,6 +77,17 @@ def summarize(trials: list[dict], sizes: list[float]) -> list[str]:
     return lines
 
 
+def measure_baseline(args: argparse.Namespace, baseline_dir: Path) -> dict:
+    code, seconds = run_session(pytest_command(args, baseline_dir, "--update-baselines"))
+    if code != 0:
+        sys.exit("measuring the baseline failed")
+    baseline = next(baseline_dir.glob("*/*.json"))
+    stored = json.loads(baseline.read_text())
+    print(f"baseline: {baseline.name} in {seconds:.0f} s; tolerance "
+          + ", ".join(f"{k} {v['tolerance']:.1%}" for k, v in stored["metrics"].items()), flush=True)
+    return stored
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", default="workers0-cpu", help="pytest -k expression selecting one case")
@@ -79,19 +95,16 @@ def main() -> int:
                         default=[(0.0, None), (0.03, None), (0.05, None), (0.10, None), (0.20, None)])
     parser.add_argument("--trials", type=int, default=10, help="gate sessions per size without its own count")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled trial order")
+    parser.add_argument("--against", metavar="REF", help="A/B mode: judge every trial against git revision REF "
+                        "measured beside it (--perf-against), with no stored baseline")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "detection_power.json")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest options (after --), e.g. --perf-steps 20")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="perfgate-power-") as scratch:
         baseline_dir = Path(scratch) / "baselines"
-        code, seconds = run_session(pytest_command(args, baseline_dir, "--update-baselines"))
-        if code != 0:
-            sys.exit("measuring the baseline failed")
-        baseline = next(baseline_dir.glob("*/*.json"))
-        stored = json.loads(baseline.read_text())
-        print(f"baseline: {baseline.name} in {seconds:.0f} s; tolerance "
-              + ", ".join(f"{k} {v['tolerance']:.1%}" for k, v in stored["metrics"].items()), flush=True)
+        stored = measure_baseline(args, baseline_dir) if not args.against else None
+        against = ["--perf-against", args.against] if args.against else []
 
         counts = {size: trials or args.trials for size, trials in args.sizes}
         order = [size for size, count in counts.items() for _ in range(count)]
@@ -99,15 +112,16 @@ def main() -> int:
         trials = []
         for index, size in enumerate(order, 1):
             basetemp = Path(scratch) / f"trial{index}"
-            code, seconds = run_session(pytest_command(args, baseline_dir, "--perf-inject-slowdown", str(size),
-                                                       "--basetemp", str(basetemp)))
+            code, seconds = run_session(pytest_command(args, baseline_dir, *against, "--perf-inject-slowdown",
+                                                       str(size), "--basetemp", str(basetemp)))
             trials.append({"slowdown": size, "failed": code == 1, "seconds": round(seconds, 1),
                            "metrics": judged_metrics(basetemp)})
             print(f"[{index}/{len(order)}] slowdown {size:.0%}: {'FAIL' if code else 'pass'} in {seconds:.0f} s",
                   flush=True)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"case": args.case, "pytest_args": args.pytest_args, "baseline": stored,
+    args.out.write_text(json.dumps({"case": args.case, "pytest_args": args.pytest_args, "against": args.against,
+                                    "baseline": stored,
                                     "trials": trials}, indent=2) + "\n")
     print("\n".join(summarize(trials, list(counts))))
     caught = [s for s, count in counts.items() if s > 0 and

@@ -29,7 +29,7 @@ class StaleBaselineWarning(UserWarning):
 class Reference(Protocol):
     """What a case is judged against."""
 
-    where: Path
+    where: Path | str
     """Where the reference lives, for messages."""
 
     def load(self) -> baselines.Baseline | None:
@@ -93,7 +93,7 @@ class Gate:
             undecided = any(v.outcome == "inconclusive" for v in verdicts)
             if not undecided or len(measurement.runs) >= cap:
                 break
-            self.measurer.launch_once(cap)
+            baseline = self.measure_more(baseline, cap)
         outcomes = [stats.settle(v.decision).outcome for v in verdicts]
         result["metrics"] = [verdict_row(v, outcome) for v, outcome in zip(verdicts, outcomes)]
         planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
@@ -114,6 +114,11 @@ class Gate:
             return result
         result["verdict"] = "pass"
         return result
+
+    def measure_more(self, baseline: baselines.Baseline, cap: int) -> baselines.Baseline:
+        """One more run while a verdict is inconclusive; returns what to judge against next."""
+        self.measurer.launch_once(cap)
+        return baseline
 
     def _values(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, list[float]]:
         """The runs' values of each gated metric; under --perf-calibrate scaled by the baseline's probe over the

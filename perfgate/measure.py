@@ -95,7 +95,7 @@ class Measurer:
 
     def __init__(self, plan: Plan, result: dict[str, Any], *, launcher: NodeLauncher, root: Path,
                  inject_slowdown: float = 0.0, nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml,
-                 say: Say | None = None, tty: bool = False) -> None:
+                 say: Say | None = None, tty: bool = False, label: str | None = None) -> None:
         self.plan = plan
         self.result = result
         self.measurement = Measurement()
@@ -105,6 +105,7 @@ class Measurer:
         self._nvml = nvml
         self._say = say or (lambda line, overwrite: None)
         self._tty = tty
+        self._label = label or plan.run.key
 
     def measure(self, repeats: int) -> Measurement:
         for _ in range(repeats):
@@ -121,7 +122,7 @@ class Measurer:
         if argv[0] != "-m":
             argv[0] = str((self._root / argv[0]).resolve())
         spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv)
-        label = f"{plan.run.key} run {index + 1}/{max(planned, index + 1)}"
+        label = f"{self._label} run {index + 1}/{max(planned, index + 1)}"
         progress = report.Progress(label, plan.steps, self._say, overwrite=self._tty)
         follow = plan.run.case.records.follow(run_dir)
         window = Window(plan.warmup)

@@ -10,21 +10,26 @@ which become pytest's skip and fail here. Results travel from test items to the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import shlex
+import shutil
 import signal
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from perfgate import gpu_monitor, hardware, report
+from perfgate import gpu_monitor, hardware, report, revision
+from perfgate.ab import ABGate, RevisionReference
 from perfgate.cases import CaseRun
 from perfgate.gate import Gate, StoredBaseline
 from perfgate.measure import Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.launch import LaunchFailed, NodeLauncher
-from perfgate.plan import import_env, node_launcher, plan
+from perfgate.plan import Plan, import_env, node_launcher, plan
 from perfgate.settings import Settings, add_options, resolve
 
 MARKERS = {
@@ -48,6 +53,22 @@ class SessionState:
         """Cases deselected by mark (full_matrix, slow) because their option was not given."""
         self._nodes: list[hardware.Hardware] | str | None = None
         self._nvml: tuple[Any, str] | None = None
+        self.commits: tuple[str, str] | None = None
+        """(the reference's commit, the working tree's) under --perf-against."""
+        self._revision: revision.Revision | None = None
+
+    def revision(self) -> revision.Revision:
+        """The --perf-against checkout, made at the first case that needs it and removed with the session."""
+        if self._revision is None:
+            assert self.settings.against and self.commits
+            into = Path(tempfile.mkdtemp(prefix="perfgate-against-")) / "tree"
+            self._revision = revision.check_out(self.root, self.settings.against, self.commits[0], into)
+        return self._revision
+
+    def remove_revision(self) -> None:
+        if self._revision is not None:
+            revision.remove(self.root, self._revision)
+            shutil.rmtree(self._revision.root.parent, ignore_errors=True)
 
     def node_hardware(self, launcher: NodeLauncher) -> list[hardware.Hardware]:
         """Each node's hardware, read once per session through the launcher; CaseFailed (every case) if unreadable."""
@@ -102,6 +123,11 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker, text in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {text}")
     state = SessionState(resolve(config), Path(config.rootpath))
+    if state.settings.against:
+        try:
+            state.commits = revision.commits(state.root, state.settings.against)
+        except revision.RevisionError as exc:
+            raise pytest.UsageError(f"perfgate: {exc}") from None
     config.stash[STATE] = state
     config.pluginmanager.register(state, "perfgate-session")
     _stop_cleanly_on_sigterm()
@@ -111,6 +137,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is not None and config.pluginmanager.is_registered(state):
         config.pluginmanager.unregister(state)
+        state.remove_revision()
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -143,6 +170,10 @@ class PerfGate:
         with _as_pytest_outcome(None):
             planned = plan(run, settings, state.node_hardware(launcher), workdir=self.workdir, root=state.root,
                            test_id=self.request.node.nodeid)
+            reference = state.revision() if settings.against else None
+            if reference is not None and revision.entry_in(reference, run, state.root) is None:
+                raise CaseSkipped(f"{run.key}: a new case: {settings.against} has no {run.case.entry[-1]}, so there "
+                                  "is nothing to compare it against")
         result: dict[str, Any] = {
             "case": run.key, "test": self.request.node.nodeid, "hardware_class": planned.hardware_class,
             "world_size": planned.world_size, "family": run.case.family, "workdir": str(self.workdir),
@@ -153,13 +184,26 @@ class PerfGate:
         measurer = Measurer(planned, result, launcher=launcher, root=state.root,
                             inject_slowdown=settings.inject_slowdown, nvml=state.nvml, say=self._say,
                             tty=self._is_tty())
-        gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
-                    pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml)
+        if reference is None:
+            gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
+                        pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml)
+        else:
+            result["candidate_commit"] = state.commits[1] if state.commits else None
+            gate = ABGate(planned, settings, measurer, RevisionReference(reference, self._reference_measurer(
+                planned, reference, launcher), planned), root=state.root, nvml=state.nvml)
         try:
             with _as_pytest_outcome(result):
                 return gate.check()
         finally:
             measurer.finish(settings.min_gpu_util)
+
+    def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
+        """Measures the reference revision's side of a case: its checkout's workloads and perfgate, no plant."""
+        env = {**planned.spec.env, "PYTHONPATH": os.pathsep.join([str(reference.root), planned.spec.env["PYTHONPATH"]])}
+        spec = dataclasses.replace(planned.spec, workdir=self.workdir / "reference", env=env)
+        return Measurer(dataclasses.replace(planned, spec=spec), {"case": planned.run.key}, launcher=launcher,
+                        root=reference.root, nvml=self.state.nvml, say=self._say, tty=self._is_tty(),
+                        label=f"{planned.run.key} @ {reference.name}")
 
     def _terminal(self) -> Any:
         return self.config.pluginmanager.get_plugin("terminalreporter")

@@ -207,6 +207,10 @@ class TerminalSummary:
         classes = sorted({r["hardware_class"] for r in results if r.get("hardware_class")})
         planted = settings.inject_slowdown
         title = f"perfgate: {len(results)} case(s), hardware class {', '.join(classes) or '-'}"
+        paired = [r for r in results if r.get("reference")]
+        if paired:
+            ref = paired[0]["reference"]
+            title += f", {(paired[0].get('candidate_commit') or '?')[:12]} vs {ref['revision']} ({ref['commit'][:12]})"
         self._section(title + (f", PLANTED SLOWDOWN {planted:.0%}" if planted else ""))
         judged = [r for r in results if r["verdict"] != "updated"]
         if judged:
@@ -214,6 +218,10 @@ class TerminalSummary:
             if settings.calibrate:
                 self._line("measured: scaled to the machine speed of each baseline (--perf-calibrate; the probe's "
                            "change is in each case's result.json)")
+        if paired:
+            self._line("A/B: pairs of launches (reference, candidate) and the time to each verdict:")
+            self._table([[r["case"], str(len(r["reference"]["per_run"])), clock(r.get("time_to_verdict_s", 0))]
+                         for r in paired], ("case", "pairs", "time to verdict"))
         self._updated([r for r in results if r["verdict"] == "updated"])
         for heading, rows, header in (
             ("what each case achieved (medians over runs; IO / SYNTHETIC from the first run):",

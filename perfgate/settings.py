@@ -81,6 +81,12 @@ def host_list(text: str) -> tuple[str, ...]:
     return hosts
 
 
+def revision_name(text: str) -> str:
+    if not text or text.startswith("-") or any(c.isspace() for c in text):
+        raise ValueError(f"must be a git revision (a branch, tag or commit), got {text!r}")
+    return text
+
+
 def arguments(text: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text))
@@ -146,6 +152,9 @@ OPTIONS = (
            "runs' rates and times by the baseline's machine-speed probe (matmul GFLOP/s of the slowest rank) over "
            "the runs' median probe, so a slower hour of a shared runner is not called a regression (default: "
            "absolute, as a check of the machine itself needs)"),
+    Option("--perf-against", "against", "judge the working tree against git revision REF measured in the same job: "
+           "REF is checked out in a worktree and every case launches both, alternately (ABBA), until the verdict "
+           "is decided or --perf-max-repeats pairs ran; no stored baseline is used", revision_name, None, "REF"),
     Option("--force-baseline-update", "force_baseline_update", "let --update-baselines overwrite a baseline "
            "measured on other hardware, for another workload version, or a published reference"),
 )
@@ -176,6 +185,7 @@ class Settings:
     min_gpu_util: float = 0.9
     calibrate: bool = False
     force_baseline_update: bool = False
+    against: str | None = None
 
     @property
     def repeat_cap(self) -> int:
@@ -230,6 +240,9 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError(
             f"perfgate: --perf-max-repeats {settings.max_repeats} is below --perf-repeats {settings.repeats}"
         )
+    if settings.against and settings.update_baselines:
+        raise pytest.UsageError("perfgate: --perf-against measures a reference revision instead of using baselines; "
+                                "it cannot be combined with --update-baselines")
     if settings.inject_slowdown and settings.update_baselines:
         raise pytest.UsageError(
             "perfgate: --perf-inject-slowdown makes runs slower on purpose; it cannot be combined with "

@@ -24,8 +24,10 @@ DETECTED = "cpu-test-2c-n1"
 class FakeMeasurer:
     """Stands in for measure.Measurer: each launch appends the next of ``values`` as one run."""
 
-    def __init__(self, plan, values, probe=None):
+    def __init__(self, plan, values, probe=None, log=None, name=""):
+        self.plan = plan
         self.result = {"case": plan.run.key}
+        self._log, self._name = log if log is not None else [], name
         self.measurement = Measurement(command="python -m torch.distributed.run w.py")
         self._values = list(values)
         self._probe = probe
@@ -42,6 +44,7 @@ class FakeMeasurer:
             run_metrics["probe_matmul_gflops"] = self._probe
         self.measurement.runs.append({"run": self.launches, "metrics": run_metrics})
         self.launches += 1
+        self._log.append(self._name)
 
 
 def make_plan(tmp_path, version="1", tolerance=None):
@@ -213,3 +216,34 @@ def test_calibration_without_a_probe_says_what_to_do(tmp_path):
     checker, _ = gate(plan, [100.0] * 3, calibrate=True)
     with pytest.raises(CaseFailed, match="of every run, and this workload records none"):
         checker.check()
+
+
+def ab_gate(plan, reference_values, candidate_values, **settings):
+    from perfgate.ab import ABGate, RevisionReference
+    from perfgate.revision import Revision
+
+    order = []
+    candidate = FakeMeasurer(plan, candidate_values, log=order, name="candidate")
+    reference = FakeMeasurer(plan, reference_values, log=order, name="reference")
+    revision = Revision("main", "0123456789abcdef", plan.spec.workdir / "tree")
+    gate = ABGate(plan, Settings(**{"repeats": 2, "max_repeats": 4, **settings}), candidate,
+                  RevisionReference(revision, reference, plan), root=plan.spec.workdir, nvml=lambda: (None, ""))
+    return gate, candidate, order
+
+
+def test_ab_launches_abba_and_judges_the_candidate_against_the_reference_runs(tmp_path):
+    plan = make_plan(tmp_path)
+    gate, candidate, order = ab_gate(plan, [100.0, 101.0], [70.0, 71.0])
+    with pytest.raises(CaseFailed, match=r"(?s)performance regression.*baseline: main \(0123456789ab\), measured beside"):
+        gate.check()
+    assert order == ["reference", "candidate", "candidate", "reference"]
+    assert [run["metrics"][METRIC] for run in candidate.result["reference"]["per_run"]] == [100.0, 101.0]
+    assert candidate.result["reference"]["commit"] == "0123456789abcdef"
+    assert candidate.result["time_to_verdict_s"] >= 0
+
+
+def test_ab_measures_another_pair_while_the_verdict_is_inconclusive(tmp_path):
+    plan = make_plan(tmp_path)
+    gate, candidate, order = ab_gate(plan, [80.0, 120.0, 90.0, 90.0], [90.0] * 4)
+    assert gate.check()["verdict"] == "pass"
+    assert order == ["reference", "candidate", "candidate", "reference", "reference", "candidate"]

@@ -1,0 +1,123 @@
+"""--perf-against: a git repository whose second commit makes the workload twice as slow, judged A/B."""
+
+import json
+import subprocess
+
+import pytest
+
+SLEEPER = """
+import argparse, pathlib, time
+import torch
+from perfgate.records import StepRecorder
+
+STEP_S = {step_s}
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int)
+parser.add_argument("--records", type=pathlib.Path)
+parser.add_argument("--inject-slowdown", type=float, default=0.0)
+args = parser.parse_args()
+recorder = StepRecorder(args.records, device_type="cpu")
+recorder.write("start", world_size=1, global_batch=1, device="cpu")
+recorder.begin()
+for step in range(args.steps):
+    recorder.data_ready()
+    time.sleep(STEP_S * (1 + args.inject_slowdown))
+    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={{"loss": torch.tensor(1.0)}})
+recorder.close(peak_memory_bytes=0)
+"""
+SUITE = """
+from perfgate.cases import Case, Flavour, parametrize
+
+FLAVOUR = Flavour({{}}, steps=8, warmup=2, tolerance=0.2, ranks_per_node=1, timeout_s=120)
+CASES = [Case("sleeper", "sleep", ("sleeper.py",), cpu=FLAVOUR)]
+{extra}
+@parametrize(CASES)
+def test_case(perfgate, case):
+    perfgate.check(case)
+"""
+NEW_CASE = 'CASES.append(Case("newer", "new", ("newer.py",), cpu=FLAVOUR))\n'
+ARGS = ["-p", "no:cacheprovider", "--perf-repeats", "3", "--perf-max-repeats", "4", "-rs"]
+
+
+def git(repo, *args):
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(pytester):
+    """Commit 1: 20 ms steps. Commit 2 (HEAD): 40 ms steps, and a new case."""
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "config", "user.email", "ci@example.com")
+    git(pytester.path, "config", "user.name", "ci")
+    pytester.makepyfile(sleeper=SLEEPER.format(step_s=0.02), test_suite=SUITE.format(extra=""))
+    git(pytester.path, "add", ".")
+    git(pytester.path, "commit", "-qm", "fast")
+    pytester.makepyfile(sleeper=SLEEPER.format(step_s=0.04), newer=SLEEPER.format(step_s=0.02),
+                        test_suite=SUITE.format(extra=NEW_CASE))
+    git(pytester.path, "add", ".")
+    git(pytester.path, "commit", "-qm", "twice as slow, and a new case")
+    return pytester
+
+
+def run(pytester, *args):
+    return pytester.runpytest_subprocess(*ARGS, *args, timeout=300)
+
+
+def result_of(pytester, case):
+    return json.loads(max(pytester.path.glob(f"**/test_case_{case}_cpu_0/result.json"),
+                          key=lambda p: p.stat().st_mtime).read_text())
+
+
+def test_the_same_code_on_both_sides_passes_and_the_summary_names_both_commits(repo):
+    head = git(repo.path, "rev-parse", "HEAD")
+    result = run(repo, "--perf-against", "HEAD", "-k", "sleep")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*hardware class cpu-*, {head[:12]} vs HEAD ({head[:12]})*",
+                                 "*sleeper-sleep-cpu*fastest_step_samples_per_second*pass*",
+                                 "A/B: pairs of launches (reference, candidate) and the time to each verdict:",
+                                 "sleeper-sleep-cpu*3*0:*"])
+    stored = result_of(repo, "sleep")
+    assert stored["candidate_commit"] == stored["reference"]["commit"] == head
+    assert len(stored["per_run"]) == len(stored["reference"]["per_run"]) == 3
+    assert stored["time_to_verdict_s"] > 0
+    assert not list(repo.path.glob("b*")), "no stored baseline is written or needed"
+
+
+def test_a_commit_twice_as_slow_fails_against_its_parent(repo):
+    result = run(repo, "--perf-against", "HEAD~1", "-k", "sleep")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*sleeper-sleep-cpu: performance regression on cpu-*",
+                                 "*baseline: HEAD~1 (*), measured beside it in *reference"])
+
+
+def test_a_planted_slowdown_goes_into_the_candidate_only(repo):
+    result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-inject-slowdown", "1")
+    result.assert_outcomes(failed=1)
+    stored = result_of(repo, "sleep")
+    assert "--inject-slowdown" not in stored["reference"]["command"]
+    assert "--inject-slowdown 1.0" in stored["command"]
+
+
+def test_a_case_the_reference_lacks_is_skipped_as_new(repo):
+    result = run(repo, "--perf-against", "HEAD~1", "-k", "new")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*newer-new-cpu: a new case: HEAD~1 has no newer.py, so there is nothing to "
+                                 "compare it against*"])
+
+
+def test_unknown_revisions_dirty_trees_and_shallow_clones_are_usage_errors(repo, tmp_path):
+    unknown = run(repo, "--perf-against", "no-such-branch")
+    assert unknown.ret == pytest.ExitCode.USAGE_ERROR
+    unknown.stderr.fnmatch_lines(["*--perf-against no-such-branch: no such revision here*"])
+    (repo.path / "sleeper.py").write_text("# changed\n")
+    dirty = run(repo, "--perf-against", "HEAD")
+    assert dirty.ret == pytest.ExitCode.USAGE_ERROR
+    dirty.stderr.fnmatch_lines(["*the working tree has uncommitted changes: commit or stash them*"])
+    git(repo.path, "checkout", "--", "sleeper.py")
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo.path}", str(shallow)], check=True)
+    done = subprocess.run([*repo._getpytestargs(), "--perf-against", "HEAD"], cwd=shallow, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "this is a shallow clone: git fetch --unshallow" in done.stderr
+    assert run(repo, "--perf-against", "HEAD", "--update-baselines").ret == pytest.ExitCode.USAGE_ERROR
