@@ -36,7 +36,7 @@ def test_case(perfgate, case):
     perfgate.check(case)
 """
 NEW_CASE = 'CASES.append(Case("newer", "new", ("newer.py",), cpu=FLAVOUR))\n'
-ARGS = ["-p", "no:cacheprovider", "--perf-repeats", "3", "--perf-max-repeats", "4", "-rs"]
+ARGS = ["-p", "no:cacheprovider", "--perf-repeats", "2", "--perf-max-repeats", "4", "-rs"]
 
 
 def git(repo, *args):
@@ -45,7 +45,7 @@ def git(repo, *args):
 
 @pytest.fixture
 def repo(pytester):
-    """Commit 1: 20 ms steps. Commit 2 (HEAD): 40 ms steps, and a new case."""
+    """Two pairs first, up to four. Commit 1: 20 ms steps. Commit 2 (HEAD): 40 ms steps, and a new case."""
     git(pytester.path, "init", "-q")
     git(pytester.path, "config", "user.email", "ci@example.com")
     git(pytester.path, "config", "user.name", "ci")
@@ -75,10 +75,10 @@ def test_the_same_code_on_both_sides_passes_and_the_summary_names_both_commits(r
     result.stdout.fnmatch_lines([f"*hardware class cpu-*, {head[:12]} vs HEAD ({head[:12]})*",
                                  "*sleeper-sleep-cpu*fastest_step_samples_per_second*pass*",
                                  "A/B: pairs of launches (reference, candidate) and the time to each verdict:",
-                                 "sleeper-sleep-cpu*3*0:*"])
+                                 "sleeper-sleep-cpu*2*0:*"])
     stored = result_of(repo, "sleep")
     assert stored["candidate_commit"] == stored["reference"]["commit"] == head
-    assert len(stored["per_run"]) == len(stored["reference"]["per_run"]) == 3
+    assert len(stored["per_run"]) == len(stored["reference"]["per_run"]) == 2
     assert stored["time_to_verdict_s"] > 0
     assert not list(repo.path.glob("b*")), "no stored baseline is written or needed"
 
