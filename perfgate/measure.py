@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from perfgate import gpu_monitor, metrics, report, stats
-from perfgate.launch import LaunchFailed, NodeLauncher
+from perfgate.diagnose import LaunchFailed
+from perfgate.launch import NodeLauncher
 from perfgate.metrics import METRICS
 from perfgate.outcome import CaseFailed
 from perfgate.plan import Plan

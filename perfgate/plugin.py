@@ -28,7 +28,8 @@ from perfgate.cases import CaseRun
 from perfgate.gate import Gate, StoredBaseline
 from perfgate.measure import Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.launch import LaunchFailed, NodeLauncher
+from perfgate.diagnose import LaunchFailed
+from perfgate.launch import NodeLauncher
 from perfgate.plan import Plan, import_env, node_launcher, plan
 from perfgate.settings import Settings, add_options, resolve
 

@@ -20,10 +20,11 @@ import uuid
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from perfgate.diagnose import LaunchFailed, diagnose_failure
 from perfgate.hardware import Hardware
 from perfgate.launch import (
-    NODE_ENV, RUN_ID_ENV, LaunchFailed, LaunchResult, LaunchSpec, agent_command, diagnose_failure, free_port, kill_run,
-    read_node_hardware, wait_for_agents,
+    NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, agent_command, free_port, kill_run, read_node_hardware,
+    wait_for_agents,
 )
 
 SRUN_TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): task (?P<task>\d+): (?P<what>.+)")

@@ -19,10 +19,11 @@ import time
 import uuid
 from typing import Callable, Mapping, Sequence
 
+from perfgate.diagnose import LaunchFailed, diagnose_failure
 from perfgate.hardware import Hardware
 from perfgate.launch import (
-    NODE_ENV, RUN_ID_ENV, LaunchFailed, LaunchResult, LaunchSpec, agent_command, diagnose_failure, free_port, kill_run,
-    read_node_hardware, run_processes, wait_for_agents,
+    NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, agent_command, free_port, kill_run, read_node_hardware,
+    run_processes, wait_for_agents,
 )
 
 BATCH = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")

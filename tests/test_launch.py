@@ -134,7 +134,7 @@ def test_leftover_detector_sees_a_stray_tagged_process(tmp_path):
     ("ValueError: something else broke", "crashed"),
 ])
 def test_a_failed_ranks_last_lines_classify_the_failure(last_lines, kind):
-    from perfgate.launch import failure_kind
+    from perfgate.diagnose import failure_kind
 
     assert failure_kind(last_lines) == kind
 
@@ -155,7 +155,7 @@ def test_a_rendezvous_that_cannot_start_is_a_setup_error(tmp_path, monkeypatch, 
 def test_a_rank_that_lost_its_peer_is_not_blamed_for_the_crash_that_caused_it(tmp_path):
     """Node 0's rank died of the gloo connection node 1's crash closed; node 1's rank is the cause, although
     node 0 comes first."""
-    from perfgate.launch import diagnose_failure
+    from perfgate.diagnose import diagnose_failure
 
     tails = {0: "RuntimeError: [gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:23938.",
              1: "RuntimeError: planted crash on node 1"}
