@@ -38,7 +38,7 @@ class SlurmCluster:
         self._daemons: list[subprocess.Popen] = []
 
     def start(self) -> "SlurmCluster":
-        root, host = self.root, socket.gethostname()
+        root, host = self.root, socket.gethostname().split(".")[0]
         for folder in ("munge", "state", "log", "spool-n1", "spool-n2"):
             (root / folder).mkdir(mode=0o700)
         key = root / "munge" / "munge.key"
