@@ -141,6 +141,8 @@ class Measurer:
             with self._gpu_monitor() as monitor:
                 commands = self._launcher.launch(spec, on_poll=show_progress).commands
         except LaunchFailed as failure:
+            if failure.commands:
+                measurement.command = self._portable(shlex.join(failure.commands[0]), run_dir)
             self._diverged_first(run_dir, index, argv, failure)
             if not self._failed_in_teardown(run_dir, index, failure):
                 result["verdict"] = failure.kind

@@ -73,13 +73,16 @@ def test_a_case_on_two_slurm_nodes_inside_an_allocation_passes_against_its_fresh
 
 
 def test_a_crash_on_the_second_node_is_classified_and_names_that_node(suite, cluster):
-    result = run(suite, "-k", "crash")
+    """Outside an allocation: srun asks for one, with the user's --slurm-args."""
+    result = run(suite, "-k", "crash", "--slurm-args=--partition test --time 5")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "toy-crash-cpu: crashed in run 1: rank ? (node 1 (n2), local rank 0) failed: exit code 1.",
         "*RuntimeError: planted crash on node 1",
     ])
     assert cluster.jobs() == []
+    command = json.loads(next(suite.path.glob("**/test_toy_crash_cpu_0/result.json")).read_text())["command"]
+    assert " --partition test --time 5 " in command
 
 
 def test_a_hang_is_cancelled_with_no_process_left_on_any_node(suite, cluster):
