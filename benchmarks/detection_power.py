@@ -12,6 +12,8 @@ alarms) and how long each verdict took, as a Markdown table, and writes every tr
 
 A/B mode: no baseline; each trial judges the working tree (with the plant) against REF measured in the
 same session, pair by pair (``--perf-against``). The working tree must be committed.
+
+The results file is rewritten after every trial; ``--resume`` continues a stopped run of the same plan.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,6 +30,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from perfgate import baselines  # noqa: E402
 
 
 def pytest_command(args: argparse.Namespace, baseline_dir: Path, *extra: str) -> list[str]:
@@ -88,6 +94,27 @@ def measure_baseline(args: argparse.Namespace, baseline_dir: Path) -> dict:
     return stored
 
 
+def save(args: argparse.Namespace, stored: dict | None, trials: list[dict]) -> None:
+    """Written after every trial, so a stopped run keeps what it measured and --resume continues it."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    partial = args.out.with_suffix(".partial")
+    partial.write_text(json.dumps({"case": args.case, "pytest_args": args.pytest_args, "against": args.against,
+                                   "seed": args.seed, "baseline": stored, "trials": trials}, indent=2) + "\n")
+    partial.replace(args.out)
+
+
+def resumed(args: argparse.Namespace, order: list[float]) -> tuple[dict | None, list[dict]]:
+    """The baseline and trials of an earlier run of the same plan (case, against, seed, order)."""
+    if not args.resume or not args.out.exists():
+        return None, []
+    earlier = json.loads(args.out.read_text())
+    trials = earlier["trials"]
+    same = (earlier["case"], earlier["against"], earlier.get("seed")) == (args.case, args.against, args.seed)
+    if not same or [t["slowdown"] for t in trials] != order[:len(trials)]:
+        sys.exit(f"--resume: {args.out} holds another plan (case, --against, --seed or sizes differ)")
+    return earlier["baseline"], trials
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", default="workers0-cpu", help="pytest -k expression selecting one case")
@@ -98,31 +125,33 @@ def main() -> int:
     parser.add_argument("--against", metavar="REF", help="A/B mode: judge every trial against git revision REF "
                         "measured beside it (--perf-against), with no stored baseline")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "detection_power.json")
+    parser.add_argument("--resume", action="store_true", help="continue the run that --out holds (same plan)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest options (after --), e.g. --perf-steps 20")
     args = parser.parse_args()
 
+    counts = {size: trials or args.trials for size, trials in args.sizes}
+    order = [size for size, count in counts.items() for _ in range(count)]
+    random.Random(args.seed).shuffle(order)
+    stored, trials = resumed(args, order)
     with tempfile.TemporaryDirectory(prefix="perfgate-power-") as scratch:
         baseline_dir = Path(scratch) / "baselines"
-        stored = measure_baseline(args, baseline_dir) if not args.against else None
+        if stored is not None:
+            baselines.write(baselines.baseline_path(baseline_dir, "detection-power", stored["case"]),
+                            baselines.parse(stored, "resumed baseline"))
+        elif not args.against:
+            stored = measure_baseline(args, baseline_dir)
         against = ["--perf-against", args.against] if args.against else []
-
-        counts = {size: trials or args.trials for size, trials in args.sizes}
-        order = [size for size, count in counts.items() for _ in range(count)]
-        random.Random(args.seed).shuffle(order)
-        trials = []
-        for index, size in enumerate(order, 1):
+        for index, size in enumerate(order[len(trials):], len(trials) + 1):
             basetemp = Path(scratch) / f"trial{index}"
             code, seconds = run_session(pytest_command(args, baseline_dir, *against, "--perf-inject-slowdown",
                                                        str(size), "--basetemp", str(basetemp)))
             trials.append({"slowdown": size, "failed": code == 1, "seconds": round(seconds, 1),
                            "metrics": judged_metrics(basetemp)})
+            save(args, stored, trials)
+            shutil.rmtree(basetemp, ignore_errors=True)
             print(f"[{index}/{len(order)}] slowdown {size:.0%}: {'FAIL' if code else 'pass'} in {seconds:.0f} s",
                   flush=True)
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"case": args.case, "pytest_args": args.pytest_args, "against": args.against,
-                                    "baseline": stored,
-                                    "trials": trials}, indent=2) + "\n")
     print("\n".join(summarize(trials, list(counts))))
     caught = [s for s, count in counts.items() if s > 0 and
               sum(t["failed"] for t in trials if t["slowdown"] == s) >= 0.9 * count]
