@@ -2,9 +2,11 @@
 beside it, launch for launch, so that a machine's drift falls on both alike.
 
 Launches come in pairs whose order alternates (ABBA...). The reference's runs so far stand in for a
-stored baseline (their median, the flavour's tolerance or noise floor), and the gate's statistics
-judge the candidate's runs against them; an inconclusive verdict measures another pair, up to
---perf-max-repeats pairs. A planted slowdown (--perf-inject-slowdown) goes into the candidate only.
+stored baseline, with --perf-ab-tolerance as its tolerance, and the candidate is judged pair by pair
+(stats.compare_pairs: a paired t interval of the runs' log ratios), since drift moves both runs of a
+pair alike; the gate's decision rules apply. An inconclusive verdict measures another pair, up to
+--perf-max-repeats pairs (default --perf-repeats + 2). A planted slowdown (--perf-inject-slowdown)
+goes into the candidate only.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from perfgate.revision import Revision
 class RevisionReference:
     """The reference revision's runs of one case, as a baseline that grows with every pair."""
 
-    def __init__(self, revision: Revision, measurer: Measurer, plan: Plan) -> None:
+    def __init__(self, revision: Revision, measurer: Measurer, plan: Plan, tolerance: float) -> None:
         self.revision = revision
         self.measurer = measurer
         self.plan = plan
+        self.tolerance = tolerance
         self.where = f"{revision.name} ({revision.commit[:12]}), measured beside it in {measurer.plan.spec.workdir}"
 
     def load(self) -> baselines.Baseline:
@@ -37,7 +40,7 @@ class RevisionReference:
             runs = tuple(measurement.values(name))
             if not runs:
                 raise CaseFailed(f"{run.key}: the reference {self.revision.name} does not report {name}")
-            gated[name] = baselines.MetricBaseline(stats.median(runs), METRICS[name].better, self.plan.tolerance_floor,
+            gated[name] = baselines.MetricBaseline(stats.median(runs), METRICS[name].better, self.tolerance,
                                                    METRICS[name].unit, runs)
         return baselines.Baseline(run.key, self.plan.hardware_class, gated,
                                   provenance={"measured": measurement.medians(), "commit": self.revision.commit},
@@ -48,6 +51,12 @@ class ABGate(Gate):
     """Measures the candidate and the reference in alternating pairs and judges one against the other."""
 
     reference: RevisionReference
+    compare = staticmethod(stats.compare_pairs)
+
+    def repeat_cap(self) -> int:
+        """Pairs cancel the machine's drift but not its short-term noise: two more pairs than planned are allowed
+        by default (a stored-baseline gate allows one more run), as a 5 % slowdown on a 2-core VM needs them."""
+        return self.settings.max_repeats or self.settings.repeats + 2
 
     def check(self) -> dict[str, Any]:
         started = time.monotonic()

@@ -17,7 +17,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from perfgate import stats
 
@@ -206,14 +206,17 @@ def write(path: Path, baseline: Baseline) -> None:
         os.close(dir_fd)
 
 
-def judge(baseline: Baseline, current: Mapping[str, Sequence[float]]) -> list[MetricVerdict]:
-    """Judges every metric the baseline gates from the current runs' values of it."""
+def judge(baseline: Baseline, current: Mapping[str, Sequence[float]],
+          compare: Callable[[Sequence[float], Sequence[float]], stats.Comparison] = stats.compare_runs,
+          ) -> list[MetricVerdict]:
+    """Judges every metric the baseline gates from the current runs' values of it (``compare``: the baseline's
+    runs and the current ones as independent samples, or as pairs under A/B)."""
     verdicts = []
     for name, ref in baseline.metrics.items():
         values = [v for v in current.get(name, ()) if v is not None]
         if not values:
             raise BaselineError(f"baseline of {baseline.case} gates {name!r}, which this run did not measure")
-        comparison = stats.compare_runs(ref.samples, values)
+        comparison = compare(ref.samples, values)
         verdicts.append(MetricVerdict(
             metric=name, better=ref.better, unit=ref.unit, tolerance=ref.tolerance,
             baseline=stats.median(ref.samples), measured=stats.median(values), runs=len(values),

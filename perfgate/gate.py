@@ -49,6 +49,9 @@ class StoredBaseline:
 class Gate:
     """Measures one planned case and decides its verdict; ``result`` is the case's record."""
 
+    compare = staticmethod(stats.compare_runs)
+    """How the runs are set against the baseline's: as independent samples (a baseline measured at another time)."""
+
     def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
                  root: Path, pytest_args: str = "",
                  nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml) -> None:
@@ -84,10 +87,11 @@ class Gate:
 
     def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, Any]:
         """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""
-        plan, result, cap = self.plan, self.result, self.settings.repeat_cap
+        plan, result, cap = self.plan, self.result, self.repeat_cap()
         while True:
+            current = self._values(baseline, measurement)
             try:
-                verdicts = baselines.judge(baseline, self._values(baseline, measurement))
+                verdicts = baselines.judge(baseline, current, self.compare)
             except baselines.BaselineError as exc:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
             undecided = any(v.outcome == "inconclusive" for v in verdicts)
@@ -95,7 +99,9 @@ class Gate:
                 break
             baseline = self.measure_more(baseline, cap)
         outcomes = [stats.settle(v.decision).outcome for v in verdicts]
-        result["metrics"] = [verdict_row(v, outcome) for v, outcome in zip(verdicts, outcomes)]
+        result["metrics"] = [{**verdict_row(v, outcome), "run_values": current[v.metric],
+                              "baseline_runs": list(baseline.metrics[v.metric].samples)}
+                             for v, outcome in zip(verdicts, outcomes)]
         planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
                    if self.settings.inject_slowdown else "")
         details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.get("calibration")))
@@ -114,6 +120,10 @@ class Gate:
             return result
         result["verdict"] = "pass"
         return result
+
+    def repeat_cap(self) -> int:
+        """How many runs an inconclusive verdict may grow to."""
+        return self.settings.repeat_cap
 
     def measure_more(self, baseline: baselines.Baseline, cap: int) -> baselines.Baseline:
         """One more run while a verdict is inconclusive; returns what to judge against next."""
@@ -145,7 +155,8 @@ class Gate:
         plan, measured = self.plan, measurement.medians()
         self.result["verdict"] = "no-baseline"
         self.result["metrics"] = [
-            {"metric": name, "unit": METRICS[name].unit, "measured": measured[name], "verdict": "no-baseline"}
+            {"metric": name, "unit": METRICS[name].unit, "measured": measured[name], "verdict": "no-baseline",
+             "run_values": measurement.values(name)}
             for name in plan.run.gated
         ]
         message = (f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({self.reference.where} "
@@ -194,7 +205,7 @@ class Gate:
             before = old.metrics.get(name) if old else None
             rows.append({
                 "metric": name, "unit": ref.unit, "measured": ref.value, "tolerance": ref.tolerance,
-                "noise": stats.relative_spread(ref.runs), "runs": len(ref.runs),
+                "noise": stats.relative_spread(ref.runs), "runs": len(ref.runs), "run_values": list(ref.runs),
                 "baseline": before.value if before else None,
                 "change": (ref.value - before.value) / before.value if before else None, "verdict": "updated",
             })

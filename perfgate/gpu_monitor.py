@@ -123,6 +123,13 @@ def summarize(samples: Sequence[Sample], start: float | None = None, end: float 
     }
 
 
+def timeline(samples: Sequence[Sample], start: float | None) -> list[dict[str, Any]]:
+    """The samples as JSON rows timed from ``start`` (the window's opening), for the report's GPU plots."""
+    return [{"t_s": round(s.t - (start or s.t), 3), "gpu": s.gpu, "utilization": s.utilization,
+             "power_w": s.power_w, "memory_used_bytes": s.memory_used_bytes, "sm_clock_mhz": s.sm_clock_mhz}
+            for s in samples]
+
+
 def fingerprint(nvml: Any | None) -> dict[str, Any]:
     """GPU names, memory and UUIDs and the driver and CUDA driver versions, from NVML; {} without it."""
     if nvml is None:

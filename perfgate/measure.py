@@ -100,6 +100,7 @@ class Measurer:
         self.plan = plan
         self.result = result
         self.measurement = Measurement()
+        result["per_run"] = self.measurement.runs
         self._launcher = launcher
         self._root = root
         self._inject_slowdown = inject_slowdown
@@ -167,18 +168,21 @@ class Measurer:
         except (RecordsError, metrics.MetricsError, ValueError) as exc:
             raise CaseFailed(f"{plan.run.key}: run {index + 1} finished but gave no measurement: {exc}\n"
                              f"logs kept in {run_dir}") from None
-        if monitor is not None:
-            measurement.gpu_samples.extend(window.samples(monitor.samples))
-            result["gpu"] = gpu_monitor.summarize(measurement.gpu_samples)
-            if monitor.error:
-                result["gpu_monitor"] = monitor.error
-        measurement.runs.append({
+        run = {
             "run": index,
             "metrics": measured,
             "step_times_s": [s.step_s for s in records.steps],
             "data_times_s": [s.data_s for s in records.steps],
             "time_s": metrics.time_accounting(records, plan.warmup, launched_at, finished_at),
-        })
+        }
+        if monitor is not None:
+            in_window = window.samples(monitor.samples)
+            measurement.gpu_samples.extend(in_window)
+            result["gpu"] = gpu_monitor.summarize(measurement.gpu_samples)
+            run["gpu_samples"] = gpu_monitor.timeline(in_window, window.start)
+            if monitor.error:
+                result["gpu_monitor"] = monitor.error
+        measurement.runs.append(run)
         result["measured"] = measurement.medians()
         result["runs"] = len(measurement.runs)
 
@@ -191,7 +195,7 @@ class Measurer:
                 f"{self.result['case']}: the least busy GPU was utilised {gpu['mean_utilization']:.0%} of the "
                 f"measured window (< {min_gpu_util:.0%}, --perf-min-gpu-util): the case is bound by something other "
                 "than the GPU (input pipeline, host, communication); see the benchy IO / SYNTHETIC columns"))
-        record = {**self.result, "command": self.measurement.command, "per_run": self.measurement.runs}
+        record = {**self.result, "command": self.measurement.command}
         (self.plan.spec.workdir / "result.json").write_text(json.dumps(record, indent=2) + "\n")
 
     def _diverged_first(self, run_dir: Path, index: int, argv: list[str], failure: LaunchFailed) -> None:

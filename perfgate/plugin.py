@@ -2,9 +2,10 @@
 
 It only wires the stages to pytest; a case flows settings + case -> plan (plan.py) -> launches
 (measure.py, through a NodeLauncher) -> step records -> metrics -> verdict (gate.py, against a
-Reference) -> report (report.py, through a ResultSink). Stages raise CaseSkipped and CaseFailed,
-which become pytest's skip and fail here. Results travel from test items to the summary as
-``user_properties``, so they reach the controller under pytest-xdist and appear in JUnit XML.
+Reference) -> report (through ResultSinks: the terminal summary, --perf-json, --perf-report). Stages
+raise CaseSkipped and CaseFailed, which become pytest's skip and fail here. Results travel from test
+items to the summary as ``user_properties``, so they reach the controller under pytest-xdist; JUnit XML
+gets each case's verdict and gated metrics as perfgate.* properties.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 
 from perfgate import gpu_monitor, hardware, report, revision
 from perfgate.ab import ABGate, RevisionReference
+from perfgate.benchmark_json import BenchmarkJson
 from perfgate.cases import CaseRun
 from perfgate.gate import Gate, StoredBaseline
 from perfgate.measure import Measurer
@@ -31,6 +33,7 @@ from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.diagnose import LaunchFailed
 from perfgate.launch import NodeLauncher
 from perfgate.plan import Plan, import_env, node_launcher, plan
+from perfgate.report_dir import ReportDirectory
 from perfgate.settings import Settings, add_options, resolve
 
 MARKERS = {
@@ -46,7 +49,7 @@ PROPERTY = "perfgate"
 class SessionState:
     """The session's perfgate state, registered as a plugin: settings, hardware, collected results."""
 
-    def __init__(self, settings: Settings, root: Path) -> None:
+    def __init__(self, settings: Settings, root: Path, worker: bool = False) -> None:
         self.settings = settings
         self.root = root
         self.results: list[dict[str, Any]] = []
@@ -57,6 +60,8 @@ class SessionState:
         self.commits: tuple[str, str] | None = None
         """(the reference's commit, the working tree's) under --perf-against."""
         self._revision: revision.Revision | None = None
+        self.worker = worker
+        """A pytest-xdist worker: its results go to the controller, which writes the reports."""
 
     def revision(self) -> revision.Revision:
         """The --perf-against checkout, made at the first case that needs it and removed with the session."""
@@ -96,9 +101,14 @@ class SessionState:
                 items[:] = [item for item in items if not item.get_closest_marker(mark)]
                 self.left_out[mark] = len(left_out)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collects each case's result. The whole record travels to the controller in user_properties; once
+        there, it is taken out, so JUnit XML gets the flat perfgate.* properties (report.junit_properties)."""
         if report.when == "call":
             self.results.extend(value for name, value in report.user_properties if name == PROPERTY)
+        if not self.worker:
+            report.user_properties = [(name, value) for name, value in report.user_properties if name != PROPERTY]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.left_out.get("full_matrix"):
@@ -109,8 +119,21 @@ class SessionState:
                                         "--perf-slow runs them, --perf-steps N shortens them")
         sinks: list[report.ResultSink] = [
             report.TerminalSummary(terminalreporter.section, terminalreporter.write_line)]
+        if self.settings.json_path and not self.worker:
+            sinks.append(BenchmarkJson(self.settings.json_path, self._hardware_info()))
+        if self.settings.report_dir and not self.worker:
+            sinks.append(ReportDirectory(self.settings.report_dir, os.environ.get("GITHUB_STEP_SUMMARY")))
         for sink in sinks:
             sink.write(self.results, self.settings)
+        for path in (self.settings.json_path, self.settings.report_dir):
+            if path and self.results and not self.worker:
+                terminalreporter.write_line(f"perfgate: wrote {path}")
+
+    def _hardware_info(self) -> dict[str, Any]:
+        """The session's hardware class(es) and nodes, for the JSON's machine_info."""
+        nodes = self._nodes if isinstance(self._nodes, list) else []
+        return {"perfgate_hardware_classes": sorted({r["hardware_class"] for r in self.results}),
+                "perfgate_nodes": [node.to_json() for node in nodes]}
 
 
 STATE = pytest.StashKey[SessionState]()
@@ -123,7 +146,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker, text in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {text}")
-    state = SessionState(resolve(config), Path(config.rootpath))
+    state = SessionState(resolve(config), Path(config.rootpath), worker=hasattr(config, "workerinput"))
     if state.settings.against:
         try:
             state.commits = revision.commits(state.root, state.settings.against)
@@ -191,12 +214,13 @@ class PerfGate:
         else:
             result["candidate_commit"] = state.commits[1] if state.commits else None
             gate = ABGate(planned, settings, measurer, RevisionReference(reference, self._reference_measurer(
-                planned, reference, launcher), planned), root=state.root, nvml=state.nvml)
+                planned, reference, launcher), planned, settings.ab_tolerance), root=state.root, nvml=state.nvml)
         try:
             with _as_pytest_outcome(result):
                 return gate.check()
         finally:
             measurer.finish(settings.min_gpu_util)
+            self.request.node.user_properties.extend(report.junit_properties(result))
 
     def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
         """Measures the reference revision's side of a case: its checkout's workloads and perfgate, no plant."""

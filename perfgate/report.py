@@ -168,22 +168,48 @@ def gpu_rows(results: Sequence[dict[str, Any]], min_utilization: float) -> list[
 SCALING_HEADER = ("family", "ranks", "samples/s", "speedup", "efficiency")
 
 
-def scaling_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
-    """DDP-size families measured in this session: speedup = thr(N) / thr(1), efficiency = speedup / N."""
+def scaling_family(result: dict[str, Any]) -> str | None:
+    """The DDP-size family a case flavour belongs to (the family id ends in the flavour: -cpu, -gpu)."""
+    return f"{result['family']}-{result['case'].rsplit('-', 1)[-1]}" if result.get("family") else None
+
+
+def scaling_families(results: Sequence[dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """Throughput by DDP size of each family measured at 1 rank and at least one more."""
     families: dict[str, dict[int, float]] = {}
     for result in results:
         throughput = (result.get("measured") or {}).get("samples_per_second")
-        if result.get("family") and throughput:
-            kind = result["case"].rsplit("-", 1)[-1]
-            families.setdefault(f"{result['family']}-{kind}", {})[int(result["world_size"])] = throughput
+        family = scaling_family(result)
+        if family and throughput:
+            families.setdefault(family, {})[int(result["world_size"])] = throughput
+    return {family: dict(sorted(by_size.items())) for family, by_size in sorted(families.items())
+            if len(by_size) >= 2 and 1 in by_size}
+
+
+def scaling_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """DDP-size families measured in this session: speedup = thr(N) / thr(1), efficiency = speedup / N."""
     rows = []
-    for family, by_size in sorted(families.items()):
-        if len(by_size) < 2 or 1 not in by_size:
-            continue
-        for size, throughput in sorted(by_size.items()):
+    for family, by_size in scaling_families(results).items():
+        for size, throughput in by_size.items():
             speedup = throughput / by_size[1]
             rows.append([family, str(size), f"{throughput:,.1f}", f"{speedup:.2f}x", f"{speedup / size:.0%}"])
     return rows
+
+
+def junit_properties(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """What CI systems show of a case from JUnit XML: its verdict and, per gated metric, the measured and
+    baseline values, the change and the tolerance."""
+    properties = [("perfgate.verdict", result["verdict"]), ("perfgate.hardware_class", result["hardware_class"])]
+    for row in result.get("metrics", []):
+        name = f"perfgate.{row['metric']}"
+        properties.append((name, _number(row.get("measured"), row.get("unit", ""))))
+        if row.get("baseline") is not None:
+            properties.append((f"{name}.baseline", _number(row["baseline"], row.get("unit", ""))))
+        if row.get("change") is not None:
+            properties.append((f"{name}.change", f"{row['change']:+.1%}"))
+        if row.get("tolerance") is not None:
+            properties.append((f"{name}.tolerance", f"{row['tolerance']:.1%}"))
+        properties.append((f"{name}.verdict", row.get("verdict", result["verdict"])))
+    return properties
 
 
 class ResultSink(Protocol):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,6 +156,15 @@ OPTIONS = (
     Option("--perf-against", "against", "judge the working tree against git revision REF measured in the same job: "
            "REF is checked out in a worktree and every case launches both, alternately (ABBA), until the verdict "
            "is decided or --perf-max-repeats pairs ran; no stored baseline is used", revision_name, None, "REF"),
+    Option("--perf-ab-tolerance", "ab_tolerance", "under --perf-against, the smallest significant slowdown against "
+           "the reference that fails a case; the machine's drift falls on both sides alike, so it can sit far below "
+           "a stored baseline's tolerance (default: 0.02)", fraction, 0.02, "FRACTION"),
+    Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
+           "(one benchmark per case flavour, its measured steps as rounds, perfgate's verdict in extra_info), for "
+           "`pytest-benchmark compare` and github-action-benchmark's \"pytest\" tool", Path, None, "PATH"),
+    Option("--perf-report", "report_dir", "write DIR/summary.md (the summary's tables in GitHub markdown, also appended "
+           "to $GITHUB_STEP_SUMMARY when set) and PNG plots: each case's step timeline and runs against its baseline, "
+           "each DDP family's scaling, each GPU case's utilisation and power", Path, None, "DIR"),
     Option("--force-baseline-update", "force_baseline_update", "let --update-baselines overwrite a baseline "
            "measured on other hardware, for another workload version, or a published reference"),
 )
@@ -186,6 +196,9 @@ class Settings:
     calibrate: bool = False
     force_baseline_update: bool = False
     against: str | None = None
+    ab_tolerance: float = 0.02
+    json_path: Path | None = None
+    report_dir: Path | None = None
 
     @property
     def repeat_cap(self) -> int:
@@ -230,6 +243,13 @@ def resolve(config: pytest.Config) -> Settings:
         if values["nodes"] > len(values["hosts"]):
             raise pytest.UsageError(f"perfgate: --nodes {values['nodes']} needs as many --hosts, got "
                                     f"{len(values['hosts'])}: {','.join(values['hosts'])}")
+    for dest, flag, module, package in (("json_path", "--perf-json", "pytest_benchmark", "pytest-benchmark"),
+                                        ("report_dir", "--perf-report", "matplotlib", "matplotlib")):
+        if values[dest] is not None:
+            if importlib.util.find_spec(module) is None:
+                raise pytest.UsageError(f"perfgate: {flag} needs {package}, which is not installed here: "
+                                        f"pip install {package}")
+            values[dest] = values[dest].resolve()
     baseline_dir = values.pop("baseline_dir") or Path(config.rootpath) / "baselines"
     settings = Settings(baseline_dir=Path(baseline_dir).resolve(), **values)
     if settings.steps is not None and settings.warmup is not None and settings.warmup >= settings.steps:

@@ -139,6 +139,31 @@ def compare_runs(baseline: Sequence[float], current: Sequence[float], confidence
     return Comparison(median(current) / median(baseline) - 1.0, low, high, p_value, p_floor)
 
 
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+"""Student's t 97.5 % quantiles for 1..30 degrees of freedom (1.96 beyond)."""
+
+
+def compare_pairs(reference: Sequence[float], current: Sequence[float]) -> Comparison:
+    """Runs measured in pairs, back to back (A/B): the i-th current run against the i-th reference run.
+
+    A machine's drift moves both runs of a pair alike, so the pairs' log ratios carry only the
+    difference and the short-term noise. The change is their geometric mean, with a paired t interval
+    (95 %); there is no rank test (``p_floor`` 1.0), the interval alone decides significance. Fewer
+    than two pairs give no interval.
+    """
+    pairs = list(zip(reference, current))
+    if not pairs:
+        raise ValueError("an A/B comparison needs at least one pair of runs")
+    logs = [math.log(cur / ref) for ref, cur in pairs]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return Comparison(math.exp(mean) - 1.0, -math.inf, math.inf, None, 1.0)
+    quantile = T_975[len(logs) - 2] if len(logs) - 1 <= len(T_975) else 1.96
+    half = quantile * statistics.stdev(logs) / math.sqrt(len(logs))
+    return Comparison(math.exp(mean) - 1.0, math.exp(mean - half) - 1.0, math.exp(mean + half) - 1.0, None, 1.0)
+
+
 @dataclass(frozen=True)
 class Decision:
     outcome: str  # "pass", "FAIL", "stale" or "inconclusive"

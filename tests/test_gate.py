@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from perfgate import baselines
+from perfgate import baselines, stats
 from perfgate.baselines import Baseline, MetricBaseline
 from perfgate.cases import Case, CaseRun, Flavour
 from perfgate.gate import Gate, StaleBaselineWarning, StoredBaseline
@@ -133,7 +133,7 @@ def test_no_baseline_reports_the_measurement_and_skips_saying_how_to_create_one(
     assert (f"w-c-cpu: no baseline for hardware class k ({plan.baseline_file} does not exist), so nothing was "
             "gated. Create it: pytest 'suite.py::test[c-cpu]' --update-baselines") in str(skipped.value)
     assert measurer.result["metrics"] == [{"metric": METRIC, "unit": "samples/s", "measured": 100.0,
-                                           "verdict": "no-baseline"}]
+                                           "verdict": "no-baseline", "run_values": [100.0, 101.0, 99.0]}]
     checker, _ = gate(plan, [100.0, 101.0, 99.0], strict_baselines=True)
     with pytest.raises(CaseFailed, match="no baseline for hardware class k"):
         checker.check()
@@ -227,7 +227,7 @@ def ab_gate(plan, reference_values, candidate_values, **settings):
     reference = FakeMeasurer(plan, reference_values, log=order, name="reference")
     revision = Revision("main", "0123456789abcdef", plan.spec.workdir / "tree")
     gate = ABGate(plan, Settings(**{"repeats": 2, "max_repeats": 4, **settings}), candidate,
-                  RevisionReference(revision, reference, plan), root=plan.spec.workdir, nvml=lambda: (None, ""))
+                  RevisionReference(revision, reference, plan, 0.02), root=plan.spec.workdir, nvml=lambda: (None, ""))
     return gate, candidate, order
 
 
@@ -243,7 +243,20 @@ def test_ab_launches_abba_and_judges_the_candidate_against_the_reference_runs(tm
 
 
 def test_ab_measures_another_pair_while_the_verdict_is_inconclusive(tmp_path):
+    """Pairs 1-2 look 12 % worse but the interval spans zero; pair 3 brings the estimate within 2 %: pass."""
     plan = make_plan(tmp_path)
-    gate, candidate, order = ab_gate(plan, [80.0, 120.0, 90.0, 90.0], [90.0] * 4)
+    gate, candidate, order = ab_gate(plan, [100.0, 130.0, 80.0, 100.0], [100.0] * 4)
     assert gate.check()["verdict"] == "pass"
     assert order == ["reference", "candidate", "candidate", "reference", "reference", "candidate"]
+
+
+def test_ab_judges_pairs_so_drift_over_the_session_does_not_hide_a_slowdown(tmp_path):
+    """The machine slows 30 % over the session and the candidate is 5 % slower in every pair: caught,
+    where the same runs as independent samples overlap too much to be significant."""
+    plan = make_plan(tmp_path)
+    reference = [100.0, 90.0, 80.0, 70.0]
+    candidate = [0.95 * value for value in reference]
+    gate, result, _ = ab_gate(plan, reference, candidate, max_repeats=None)
+    with pytest.raises(CaseFailed, match=r"significantly worse by 5.0% \(CI \+5.0%..\+5.0%\)"):
+        gate.check()
+    assert stats.decide(stats.compare_runs(reference[:2], candidate[:2]), "higher", 0.02).outcome != "FAIL"

@@ -1,6 +1,7 @@
 """The plugin end to end: pytest runs of a real OpenCLIP case under torchrun with 2 gloo ranks."""
 
 import json
+from xml.etree import ElementTree
 
 import pytest
 
@@ -19,7 +20,7 @@ CASES = [
          cpu=Flavour(TINY, steps=8, warmup=2, tolerance=0.4, timeout_s=240, ranks_per_node=1)),
     Case("openclip", "bad-model", ({str(WORKLOAD)!r},), cpu=Flavour({{**TINY, "model": "ViT-Nope"}}, timeout_s=120)),
     Case("openclip", "noise", ({str(WORKLOAD)!r},),
-         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.10, timeout_s=240), version="3",
+         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.25, timeout_s=240), version="3",
          later_runs_args=("--no-count-flops",)),
 ]
 
@@ -126,8 +127,10 @@ def test_two_agents_on_this_host_with_nodes_2(suite):
 
 def test_parallel_cases_under_xdist_get_their_own_port_and_directory(suite):
     result = run(suite, "-n", "2", "-k", "tiny-cpu or pair-cpu", "--update-baselines", "--perf-baseline-repeats", "1",
-                 "--perf-steps", "4", "--perf-warmup", "1")
+                 "--perf-steps", "4", "--perf-warmup", "1", "--perf-json", "perf.json")
     result.assert_outcomes(passed=2)
+    benchmarks = json.loads((suite.path / "perf.json").read_text())["benchmarks"]
+    assert sorted(b["param"] for b in benchmarks) == ["openclip-pair-cpu", "openclip-tiny-cpu"]
     first_lines = [log.read_text().splitlines()[0] for log in suite.path.glob("**/run0/agent0.log")]
     endpoints = {line.split("--rdzv-endpoint ")[1].split()[0] for line in first_lines}
     workdirs = {str(log.parent) for log in suite.path.glob("**/run0/agent0.log")}
@@ -179,32 +182,37 @@ def test_gpu_flavour_skips_with_a_reason_without_a_gpu(suite):
 
 def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baseline(suite):
     """The noise case gates what CPU flavours gate by default (the fastest step's throughput), with a
-    tolerance derived from 5 baseline runs (floor 10 %); a planted slowdown that doubles each step fails.
+    tolerance derived from 5 baseline runs (floor 25 %); a planted slowdown that doubles each step fails.
 
     The three sessions run minutes apart, and a shared CI VM drifts in between: one CI run measured the
     baseline at 127.9 samples/s (noise 15 %), the unchanged session at 152.3 (+19 %) and a 25 % plant at
     119.5, inside the tolerance. A doubled step halves the throughput, so it fails unless the VM speeds
     up by more than 70 % between sessions. This test proves the wiring; how small a slowdown the gate
     catches is measured by benchmarks/detection_power.py. A false alarm on the unchanged session needs
-    all 3 runs slower than all 5 baseline runs (exact rank test, p = 0.036) and by more than the tolerance.
+    all 3 runs slower than all 5 baseline runs (exact rank test, p = 0.036) and by more than the tolerance,
+    whose floor is 25 %: with a 10 % floor a local run failed the unchanged session at -10.5 % (the VM
+    slower between the sessions, as in CI).
     """
     args = ["-k", "noise-cpu", "--perf-repeats", "3", "--perf-max-repeats", "3"]
     run(suite, *args, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
     stored = json.loads(baseline_file(suite, "noise").read_text())
     assert stored["workload_version"] == "3"
     assert list(stored["metrics"]) == ["fastest_step_samples_per_second"]
-    assert stored["metrics"]["fastest_step_samples_per_second"]["tolerance"] >= 0.10
+    assert stored["metrics"]["fastest_step_samples_per_second"]["tolerance"] >= 0.25
 
     unchanged = run(suite, *args)
     unchanged.assert_outcomes(passed=1)
     unchanged.stdout.fnmatch_lines(["*openclip-noise-cpu*fastest_step_samples_per_second*pass*"])
 
-    planted = run(suite, *args, "--perf-inject-slowdown", "1")
+    planted = run(suite, *args, "--perf-inject-slowdown", "1", "--perf-json", "perf.json", "--perf-report", "report",
+                  "--junitxml", "junit.xml")
     planted.assert_outcomes(failed=1)
     planted.stdout.fnmatch_lines([
         "*PLANTED SLOWDOWN 100%*",
         "*openclip-noise-cpu*FAIL*",
+        f"perfgate: wrote {suite.path / 'perf.json'}",
     ])
+    assert_reports(suite.path)
     newest = max(suite.path.glob("**/test_clip_noise_cpu_0/result.json"), key=lambda p: p.stat().st_mtime)
     result = json.loads(newest.read_text())
     assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (1.0, "FAIL", 3)
@@ -214,6 +222,23 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
     assert all(run["time_s"]["window_s"] > 0 and run["time_s"]["startup_s"] > 0 and run["time_s"]["teardown_s"] >= 0
                for run in result["per_run"])
     assert json.loads(baseline_file(suite, "noise").read_text()) == stored
+
+
+def assert_reports(path):
+    """The planted session's pytest-benchmark JSON, summary.md with its plots, and JUnit properties."""
+    benchmarks = json.loads((path / "perf.json").read_text())["benchmarks"]
+    assert [(b["param"], b["extra_info"]["perfgate_verdict"], b["stats"]["rounds"]) for b in benchmarks] == [
+        ("openclip-noise-cpu", "FAIL", 3 * 10)]
+    summary = (path / "report" / "summary.md").read_text()
+    assert "| openclip-noise-cpu | fastest_step_samples_per_second |" in summary and "FAIL" in summary
+    assert sorted(p.name for p in (path / "report").glob("*.png")) == [
+        "openclip-noise-cpu-runs.png", "openclip-noise-cpu-timeline.png"]
+    junit = ElementTree.parse(path / "junit.xml")
+    properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert properties["perfgate.verdict"] == "FAIL"
+    assert properties["perfgate.fastest_step_samples_per_second.change"].startswith("-")
+    assert properties["perfgate.fastest_step_samples_per_second.tolerance"].endswith("%")
+    assert "perfgate" not in properties, "the whole record stays in result.json, out of the XML"
 
 
 def test_planted_slowdown_can_never_become_a_baseline(suite):

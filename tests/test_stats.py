@@ -1,5 +1,6 @@
 """The gate's statistics on synthetic samples with known answers."""
 
+import math
 import random
 
 import pytest
@@ -118,3 +119,22 @@ def test_a_baseline_with_disturbed_runs_would_blind_the_gate_without_leaving_the
     clean = [v for i, v in enumerate(runs) if i not in stats.disturbed(runs, "higher", floor=0.06)]
     assert stats.decide(stats.compare_runs(runs, slower), "higher", 0.06).outcome == "inconclusive"
     assert stats.decide(stats.compare_runs(clean, slower), "higher", 0.06).outcome == "FAIL"
+
+
+def test_paired_comparison_takes_the_geometric_mean_ratio_with_a_t_interval():
+    from perfgate.stats import compare_pairs
+
+    comparison = compare_pairs([100.0, 100.0, 100.0], [94.0, 95.0, 96.0])
+    assert comparison.change == pytest.approx((0.94 * 0.95 * 0.96) ** (1 / 3) - 1)
+    # logs' sd 0.01053, t(2) = 4.303: half-width 2.62 % around -5.0 %
+    assert (comparison.ci_low, comparison.ci_high) == pytest.approx((-0.0750, -0.0245), abs=5e-4)
+    assert comparison.p_value is None and comparison.p_floor == 1.0
+    assert stats.decide(comparison, "higher", 0.02).outcome == "FAIL"
+
+
+def test_one_pair_gives_no_interval_so_no_verdict_but_inconclusive_or_pass():
+    from perfgate.stats import compare_pairs
+
+    comparison = compare_pairs([100.0], [80.0])
+    assert comparison.ci_low == -math.inf and comparison.ci_high == math.inf
+    assert stats.decide(comparison, "higher", 0.02).outcome == "inconclusive"
