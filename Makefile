@@ -1,4 +1,4 @@
-# make perf: the perf suite on this machine (CPU flavour without a GPU). make test: the harness's tests.
+# make perf: the perf suite on this machine (CPU flavour without a GPU), reports in results/. make test: the harness's tests.
 # make test-floor: the workload smoke tests and one gate case on the oldest supported torch (CI runs it too).
 # Each creates or reuses its virtual environment first; only python3 and make are needed.
 PYTHON ?= python3
@@ -28,7 +28,7 @@ $(FLOOR_STAMP): requirements-floor.txt constraints-floor.txt pyproject.toml
 	touch $(FLOOR_STAMP)
 
 perf: $(STAMP)
-	$(BIN)/python -m pytest tests_perf $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests_perf --perf-json results/perf.json --perf-report results/report $(PYTEST_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)

@@ -135,7 +135,8 @@ OPTIONS = (
            "a noise-derived tolerance; 7 let the rank test reach p < 0.05 against 3 runs even when one run "
            "overlaps (default: 7)", whole(1), 7, "K"),
     Option("--perf-max-repeats", "max_repeats", "when a verdict is inconclusive, keep launching runs up to this "
-           "many before deciding (default: --perf-repeats + 1, which keeps a CPU case's verdict within 90 s)",
+           "many before deciding (default: --perf-repeats + 1, which keeps a CPU case's verdict within 90 s; under "
+           "--perf-against, pairs: --perf-repeats + 2)",
            whole(1), None, "N"),
     Option("--perf-inject-slowdown", "inject_slowdown", "make every workload slower by this fraction of its step "
            "time (0.05 = 5 percent) to prove the gate catches it; recorded in the results, never a baseline",

@@ -66,3 +66,15 @@ def test_repeat_cap_defaults_to_one_more_launch_and_follows_the_option():
     assert Settings(repeats=3).repeat_cap == 4
     assert Settings(repeats=3, max_repeats=6).repeat_cap == 6
     assert Settings().baseline_repeats == 7
+
+
+@pytest.mark.parametrize("flag, package", [("--perf-json", "pytest-benchmark"), ("--perf-report", "matplotlib")])
+def test_a_report_without_its_library_says_what_to_install(pytester, monkeypatch, flag, package):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    missing = {"pytest-benchmark": "pytest_benchmark", "matplotlib": "matplotlib"}[package]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else find_spec(name, *a))
+    result = pytester.runpytest(flag, "out")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"perfgate: {flag} needs {package}, which is not installed here: pip install {package}" in result.stderr.str()
