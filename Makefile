@@ -1,4 +1,5 @@
 # make perf: the perf suite on this machine (CPU flavour without a GPU), reports in results/. make test: the harness's tests.
+# make baselines: measure and write this machine's baselines of the default cases, for review (nothing is committed).
 # make test-floor: the workload smoke tests and one gate case on the oldest supported torch (CI runs it too).
 # Each creates or reuses its virtual environment first; only python3 and make are needed.
 PYTHON ?= python3
@@ -9,7 +10,7 @@ FLOOR_VENV ?= .venv-floor
 FLOOR_STAMP := $(FLOOR_VENV)/.perfgate-installed
 PYTEST_ARGS ?=
 
-.PHONY: perf test test-floor venv clean
+.PHONY: perf baselines test test-floor venv clean
 
 venv: $(STAMP)
 
@@ -28,7 +29,13 @@ $(FLOOR_STAMP): requirements-floor.txt constraints-floor.txt pyproject.toml
 	touch $(FLOOR_STAMP)
 
 perf: $(STAMP)
+	PERFGATE_BASELINES_COMMAND="make baselines" \
 	$(BIN)/python -m pytest tests_perf --perf-json results/perf.json --perf-report results/report $(PYTEST_ARGS)
+
+# This machine's baselines for the default cases, written for review: nothing is committed.
+baselines: $(STAMP)
+	$(BIN)/python -m pytest tests_perf --update-baselines $(PYTEST_ARGS)
+	@echo "review the new baselines (git status baselines/; git diff baselines/), then commit them"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)

@@ -44,9 +44,10 @@ def verdict_line(results: Sequence[dict[str, Any]]) -> str:
 
 
 def summary(results: Sequence[dict[str, Any]], settings: Settings,
-            pictures: dict[str, list[str]] | None = None) -> str:
-    """The whole summary: verdicts, baselines written, profile, GPUs, scaling; ``pictures`` (case or family ->
-    relative PNG paths) are linked under their own heading."""
+            pictures: dict[str, list[str]] | None = None, create_baselines: str | None = None) -> str:
+    """The whole summary: verdicts, baselines written, profile, GPUs, scaling, this machine against the known
+    ones; ``pictures`` (case or family -> relative PNG paths) are linked under their own heading; it ends with
+    the command that creates missing baselines."""
     results = sorted(results, key=lambda r: r["case"])
     lines = [f"## {title(results, settings)}", "", verdict_line(results), ""]
     judged = [r for r in results if r["verdict"] != "updated"]
@@ -61,6 +62,7 @@ def summary(results: Sequence[dict[str, Any]], settings: Settings,
         ("What each case achieved", report.profile_rows(results), report.PROFILE_HEADER),
         ("GPUs during the measured windows (NVML)", report.gpu_rows(results, settings.min_gpu_util), report.GPU_HEADER),
         ("Scaling over DDP size", report.scaling_rows(results), report.SCALING_HEADER),
+        ("This machine against the ones we know", report.known_rows(results), report.KNOWN_HEADER),
     ]
     for heading, rows, header in sections:
         if rows:
@@ -73,4 +75,8 @@ def summary(results: Sequence[dict[str, Any]], settings: Settings,
         lines += ["### Plots", ""]
         for subject, paths in sorted(pictures.items()):
             lines += [f"**{subject}**", "", *(f"![{subject}: {path}]({path})" for path in paths), ""]
+    missing = [r for r in results if r["verdict"] == "no-baseline"]
+    if missing:
+        text, command = report.create_baselines_line(missing, settings, create_baselines).split("\n")
+        lines += [f"**{text}**", "", "```", command.strip(), "```", ""]
     return "\n".join(lines).rstrip() + "\n"

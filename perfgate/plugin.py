@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from perfgate import gpu_monitor, hardware, report, revision
+from perfgate import gpu_monitor, hardware, known, report, revision
 from perfgate.ab import ABGate, RevisionReference
 from perfgate.benchmark_json import BenchmarkJson
 from perfgate.cases import CaseRun
@@ -44,6 +44,8 @@ MARKERS = {
     "full_matrix": "a matrix case outside the representative default subset; runs with --full-matrix",
 }
 PROPERTY = "perfgate"
+CREATE_BASELINES_ENV = "PERFGATE_BASELINES_COMMAND"
+"""Names the command that creates missing baselines in the summary (the Makefile sets `make baselines`)."""
 
 
 class SessionState:
@@ -61,6 +63,7 @@ class SessionState:
         """(the reference's commit, the working tree's) under --perf-against."""
         self._revision: revision.Revision | None = None
         self.worker = worker
+        self.published: list[known.PublishedFigure] = []
         """A pytest-xdist worker: its results go to the controller, which writes the reports."""
 
     def revision(self) -> revision.Revision:
@@ -117,12 +120,13 @@ class SessionState:
         if self.left_out.get("slow"):
             terminalreporter.write_line(f"perfgate: {self.left_out['slow']} slow case(s) deselected (hours each); "
                                         "--perf-slow runs them, --perf-steps N shortens them")
-        sinks: list[report.ResultSink] = [
-            report.TerminalSummary(terminalreporter.section, terminalreporter.write_line)]
+        sinks: list[report.ResultSink] = [report.TerminalSummary(
+            terminalreporter.section, terminalreporter.write_line, os.environ.get(CREATE_BASELINES_ENV))]
         if self.settings.json_path and not self.worker:
             sinks.append(BenchmarkJson(self.settings.json_path, self._hardware_info()))
         if self.settings.report_dir and not self.worker:
-            sinks.append(ReportDirectory(self.settings.report_dir, os.environ.get("GITHUB_STEP_SUMMARY")))
+            sinks.append(ReportDirectory(self.settings.report_dir, os.environ.get("GITHUB_STEP_SUMMARY"),
+                                         os.environ.get(CREATE_BASELINES_ENV)))
         for sink in sinks:
             sink.write(self.results, self.settings)
         for path in (self.settings.json_path, self.settings.report_dir):
@@ -147,6 +151,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker, text in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {text}")
     state = SessionState(resolve(config), Path(config.rootpath), worker=hasattr(config, "workerinput"))
+    try:
+        state.published = known.load_published(state.settings.published)
+    except known.PublishedError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
     if state.settings.against:
         try:
             state.commits = revision.commits(state.root, state.settings.against)
@@ -217,7 +225,10 @@ class PerfGate:
                 planned, reference, launcher), planned, settings.ab_tolerance), root=state.root, nvml=state.nvml)
         try:
             with _as_pytest_outcome(result):
-                return gate.check()
+                try:
+                    return gate.check()
+                finally:
+                    result["known"] = known.comparisons(result, settings.baseline_dir, state.published)
         finally:
             measurer.finish(settings.min_gpu_util)
             self.request.node.user_properties.extend(report.junit_properties(result))
@@ -263,6 +274,8 @@ def _as_pytest_outcome(result: dict[str, Any] | None) -> Iterator[None]:
     except CaseFailed as failed:
         skip, fail = None, str(failed)
     if fail is None:
+        if result is not None and result.get("known"):
+            skip += "\n" + "\n".join([report.KNOWN_HEADING, *known.describe(result["known"])])
         pytest.skip(skip)
     if result is not None:
         result["message"] = fail

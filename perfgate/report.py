@@ -5,6 +5,7 @@ Results go to every ``ResultSink`` the session has; the terminal summary is the 
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
@@ -195,6 +196,40 @@ def scaling_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+KNOWN_HEADER = ("case", "against", "metric", "this machine", "theirs", "basis", "ratio")
+KNOWN_HEADING = ("this machine against the ones we know (ratio > 1: this machine is faster; it informs, the verdicts "
+                 "use this hardware class's own baselines):")
+
+
+def known_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Each case against every other class's baseline of it and the matching published figures (perfgate/known.py)."""
+    return [[result["case"], f"{row['kind']} {row['against']}", row["metric"], _number(row["this"], row["unit"]),
+             _number(row["theirs"], row["unit"]), row["basis"], f"{row['ratio']:.2f}x"]
+            for result in results for row in result.get("known", [])]
+
+
+def baselines_estimate_s(results: Sequence[dict[str, Any]], repeats: int) -> float:
+    """How long measuring these cases' baselines takes: per case its first launch (which also counts FLOPs and
+    runs the benchy phases) plus repeats - 1 of its later launches, from the launches just measured."""
+    total = 0.0
+    for result in results:
+        launches = [run["time_s"]["total_s"] for run in result.get("per_run", []) if run.get("time_s")]
+        if launches:
+            later = launches[1:] or launches
+            total += launches[0] + (repeats - 1) * sum(later) / len(later)
+    return total
+
+
+def create_baselines_line(missing: Sequence[dict[str, Any]], settings: Settings, command: str | None) -> str:
+    """The summary's last word when cases had no baseline: the one command that creates them, and how long."""
+    seconds = baselines_estimate_s(missing, settings.baseline_repeats)
+    command = command or "python -m pytest " + " ".join(shlex.quote(r["test"]) for r in missing) + " --update-baselines"
+    estimate = f", about {clock(seconds)} (m:ss) from the launches just measured" if seconds else ""
+    return (f"{len(missing)} case(s) have no baseline for hardware class {missing[0]['hardware_class']}: nothing was "
+            f"gated for them. Create this machine's baselines ({settings.baseline_repeats} launches per case{estimate}), "
+            f"review the diff and commit the files under {settings.baseline_dir}:\n  {command}")
+
+
 def junit_properties(result: dict[str, Any]) -> list[tuple[str, str]]:
     """What CI systems show of a case from JUnit XML: its verdict and, per gated metric, the measured and
     baseline values, the change and the tolerance."""
@@ -222,9 +257,12 @@ class TerminalSummary:
     """The tables at the end of a pytest run: verdicts, baselines written, what each case achieved, the GPUs,
     scaling, and what was not gated. ``write_line(text, **markup)`` is the terminal reporter's."""
 
-    def __init__(self, section: Callable[[str], None], write_line: Callable[..., None]) -> None:
+    def __init__(self, section: Callable[[str], None], write_line: Callable[..., None],
+                 create_baselines: str | None = None) -> None:
         self._section = section
         self._line = write_line
+        self._create_baselines = create_baselines
+        """The command that creates missing baselines, where the caller knows a better one than pytest's."""
 
     def write(self, results: Sequence[dict[str, Any]], settings: Settings) -> None:
         if not results:
@@ -254,15 +292,15 @@ class TerminalSummary:
              profile_rows(results), PROFILE_HEADER),
             ("GPUs during the measured windows (NVML):", gpu_rows(results, settings.min_gpu_util), GPU_HEADER),
             ("scaling over DDP size (efficiency = speedup / ranks):", scaling_rows(results), SCALING_HEADER),
+            (KNOWN_HEADING, known_rows(results), KNOWN_HEADER),
         ):
             if rows:
                 self._line(heading)
                 self._table(rows, header)
         missing = [r for r in results if r["verdict"] == "no-baseline"]
         if missing:
-            self._line(f"{len(missing)} case(s) have no baseline for this hardware class: nothing was gated for "
-                       "them. Create baselines with --update-baselines, review them, and commit the files under "
-                       f"{settings.baseline_dir}.", yellow=True)
+            for line in create_baselines_line(missing, settings, self._create_baselines).splitlines():
+                self._line(line, yellow=True)
 
     def _updated(self, updated: Sequence[dict[str, Any]]) -> None:
         if not updated:

@@ -166,6 +166,8 @@ OPTIONS = (
     Option("--perf-report", "report_dir", "write DIR/summary.md (the summary's tables in GitHub markdown, also appended "
            "to $GITHUB_STEP_SUMMARY when set) and PNG plots: each case's step timeline and runs against its baseline, "
            "each DDP family's scaling, each GPU case's utilisation and power", Path, None, "DIR"),
+    Option("--published", "published", "the published figures set beside matching cases (default: "
+           "<rootdir>/references/published.json; see perfgate/known.py)", Path, None, "PATH"),
     Option("--force-baseline-update", "force_baseline_update", "let --update-baselines overwrite a baseline "
            "measured on other hardware, for another workload version, or a published reference"),
 )
@@ -199,6 +201,7 @@ class Settings:
     against: str | None = None
     ab_tolerance: float = 0.02
     json_path: Path | None = None
+    published: Path = Path("references/published.json")
     report_dir: Path | None = None
 
     @property
@@ -252,7 +255,8 @@ def resolve(config: pytest.Config) -> Settings:
                                         f"pip install {package}")
             values[dest] = values[dest].resolve()
     baseline_dir = values.pop("baseline_dir") or Path(config.rootpath) / "baselines"
-    settings = Settings(baseline_dir=Path(baseline_dir).resolve(), **values)
+    published = values.pop("published") or Path(config.rootpath) / "references" / "published.json"
+    settings = Settings(baseline_dir=Path(baseline_dir).resolve(), published=Path(published).resolve(), **values)
     if settings.steps is not None and settings.warmup is not None and settings.warmup >= settings.steps:
         raise pytest.UsageError(
             f"perfgate: --perf-warmup {settings.warmup} leaves no measured steps out of --perf-steps {settings.steps}"

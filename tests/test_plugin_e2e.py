@@ -57,12 +57,31 @@ def scale(baseline, metric, factor):
 def test_missing_baseline_update_pass_and_regression(suite):
     """Tolerance 40 %: the pass survives a loaded machine; against a baseline twice as good the total
     time is ~+100 %, so the regression is caught whatever the load."""
-    first = run(suite, "-k", "tiny-cpu", "-rs")
+    other = suite.path / "b" / "older-cpu-class" / "openclip-tiny-cpu.json"
+    other.parent.mkdir(parents=True)
+    other.write_text(json.dumps({
+        "schema": 1, "case": "openclip-tiny-cpu", "hardware_class": "older-cpu-class", "workload_version": "1",
+        "metrics": {"samples_per_second": {"value": 1.0, "better": "higher", "tolerance": 0.1, "unit": "samples/s"}},
+        "provenance": {"measured": {"samples_per_second": 1.0, "samples_per_second_per_rank": 0.5}}}))
+    (suite.path / "published.json").write_text(json.dumps({"schema": 1, "figures": [{
+        "id": "paper-tiny", "cases": ["openclip-tiny-*"], "configuration": "tiny CLIP", "hardware": "a laptop",
+        "gpus": 2, "metric": "samples_per_second", "value": 2.0, "unit": "samples/s", "source": "a paper",
+        "date": "2020"}]}))
+    first = run(suite, "-k", "tiny-cpu", "-rs", "--published", "published.json")
     first.assert_outcomes(skipped=1)
     first.stdout.fnmatch_lines([
         "*openclip-tiny-cpu*samples_per_second*no-baseline*",
+        "this machine against the ones we know (ratio > 1: this machine is faster*",
+        "case*against*metric*this machine*theirs*basis*ratio",
+        "openclip-tiny-cpu*baseline older-cpu-class*samples_per_second*samples/s*1 samples/s*job*x",
+        "openclip-tiny-cpu*published a laptop (paper-tiny)*samples_per_second*2 samples/s*job*x",
+        "1 case(s) have no baseline for hardware class pinned-cpu-class: nothing was gated for them. Create this "
+        "machine's baselines (2 launches per case, about *:* (m:ss) from the launches just measured)*",
+        "  python -m pytest 'test_suite.py::test_clip[tiny-cpu]' --update-baselines",
         "*no baseline for hardware class pinned-cpu-class*Create it: pytest*--update-baselines*",
     ])
+    assert "baseline older-cpu-class: samples_per_second" in first.stdout.str(), "the skip reason compares too"
+    other.unlink()
 
     update = run(suite, "-k", "tiny-cpu", "--update-baselines")
     update.assert_outcomes(passed=1)

@@ -105,7 +105,7 @@ def test_the_terminal_summary_says_what_was_planted_written_calibrated_and_left_
 
     sections, lines = [], []
     summary = TerminalSummary(sections.append, lambda text, **markup: lines.append((text, markup)))
-    judged = {"case": "b-c-cpu", "hardware_class": "k", "verdict": "no-baseline",
+    judged = {"case": "b-c-cpu", "hardware_class": "k", "verdict": "no-baseline", "test": "s.py::t[c-cpu]",
               "metrics": [{"metric": "samples_per_second", "unit": "samples/s", "measured": 9.0,
                            "verdict": "no-baseline"}]}
     updated = {"case": "a-c-cpu", "hardware_class": "k", "verdict": "updated", "baseline_file": "b/k/a-c-cpu.json",
@@ -122,9 +122,10 @@ def test_the_terminal_summary_says_what_was_planted_written_calibrated_and_left_
     assert "wrote b/k/a-c-cpu.json" in text
     assert ("  1 disturbed run(s) left out and re-measured (far slower than the others: a slow spell of the machine); "
             "they are listed in the file's provenance", {"yellow": True}) in lines
-    assert lines[-1] == ("1 case(s) have no baseline for this hardware class: nothing was gated for them. Create "
-                         "baselines with --update-baselines, review them, and commit the files under "
-                         "/repo/baselines.", {"yellow": True})
+    assert lines[-2:] == [("1 case(s) have no baseline for hardware class k: nothing was gated for them. Create this "
+                           "machine's baselines (7 launches per case), review the diff and commit the files under "
+                           "/repo/baselines:", {"yellow": True}),
+                          ("  python -m pytest 's.py::t[c-cpu]' --update-baselines", {"yellow": True})]
     lines.clear()
     summary.write([], settings)
     assert lines == [] and len(sections) == 1

@@ -78,3 +78,10 @@ def test_a_report_without_its_library_says_what_to_install(pytester, monkeypatch
     result = pytester.runpytest(flag, "out")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"perfgate: {flag} needs {package}, which is not installed here: pip install {package}" in result.stderr.str()
+
+
+def test_a_broken_published_figures_file_is_a_usage_error_naming_it(pytester):
+    (pytester.path / "published.json").write_text('{"schema": 1, "figures": [{"id": "x"}]}')
+    result = pytester.runpytest("--published", "published.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "published.json: figure 1 (x): field 'cases' is missing or not a list" in result.stderr.str()
