@@ -107,6 +107,13 @@ def test_summary_covers_the_window_only_and_reports_the_least_busy_gpu():
     assert gpu_monitor.summarize(samples, start=20) is None
 
 
+def test_the_timeline_for_the_report_times_samples_from_the_window_opening():
+    samples = [gpu_monitor.Sample(100.0 + t, 0, 0.9, 2**30, 640.0, 1980, ()) for t in (0.5, 1.0)]
+    assert gpu_monitor.timeline(samples, 100.0) == [
+        {"t_s": t, "gpu": 0, "utilization": 0.9, "power_w": 640.0, "memory_used_bytes": 2**30, "sm_clock_mhz": 1980}
+        for t in (0.5, 1.0)]
+
+
 def test_fingerprint_names_gpus_memory_driver_and_cuda():
     print_ = gpu_monitor.fingerprint(FakeNvml())
     assert print_["driver"] == "580.65.06" and print_["cuda_driver"] == "13.0" and print_["gpu_count"] == 2
