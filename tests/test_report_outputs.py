@@ -5,13 +5,14 @@ import re
 import subprocess
 import sys
 
-import numpy
 import pytest
-from matplotlib.image import imread
 
-from perfgate import benchmark_json, cli, history, plots, report
-from perfgate.report_dir import ReportDirectory
-from perfgate.settings import Settings
+numpy = pytest.importorskip("numpy")
+imread = pytest.importorskip("matplotlib.image", reason="the reports need matplotlib (requirements.txt)").imread
+
+from perfgate import benchmark_json, cli, history, plots, report  # noqa: E402
+from perfgate.report_dir import ReportDirectory  # noqa: E402
+from perfgate.settings import Settings  # noqa: E402
 
 WARMUP = 2
 
