@@ -14,4 +14,5 @@ cd "${SLURM_SUBMIT_DIR}"
 make venv
 # --basetemp keeps every case's logs and result.json on the shared filesystem for the job's lifetime and after.
 .venv/bin/python -m pytest tests_perf -m gpu --nodes 2 --launcher slurm \
-  --junitxml "perfgate-${SLURM_JOB_ID}.xml" --basetemp "perfgate-runs-${SLURM_JOB_ID}" -rs
+  --junitxml "perfgate-${SLURM_JOB_ID}.xml" --basetemp "perfgate-runs-${SLURM_JOB_ID}" -rs \
+  --perf-json "perfgate-${SLURM_JOB_ID}.json" --perf-report "perfgate-report-${SLURM_JOB_ID}"
