@@ -8,8 +8,12 @@ a host-bound one the sleep, and the spin overlaps the sleep instead of adding to
 spin alone planted 3 % and measured +1.4 % in a loop whose GPU was 90 % busy: the spin filled gaps
 the GPU idled through anyway.
 
-A step's natural duration is the median of the last few resolved steps (never the first, which
-compiles) with what was planted in them taken out, so nothing waits for the device to find it and the plant does not compound. Only rank 0
+On CPU a step's work is done when its Python calls return, so a step's natural duration is its own
+elapsed time on the host clock and each step is lengthened by F of itself: the fastest step, the median
+and the mean all move by F (planting F of a typical step instead moved a CPU case's fastest step, which
+the CPU flavour gates, by 2-3 F). On GPU the host runs ahead of the device, so the natural duration is the
+median of the last few resolved steps (never the first, which compiles) with what was planted in them
+taken out, so nothing waits for the device to find it and the plant does not compound. Only rank 0
 plants: the other ranks wait for it at the next gradient all-reduce, as they would for any slow rank.
 Imports torch only on GPU.
 """
@@ -78,14 +82,17 @@ class SlowdownInjector:
     """How many resolved steps the natural step duration is the median of."""
 
     def __init__(self, fraction: float, device_type: str, step_times: Sequence[float], *,
+                 step_elapsed: Callable[[], float | None] | None = None,
                  host_sleep: Callable[[float], None] = time.sleep,
                  device_spin: Callable[[float], None] | None = None) -> None:
         """``step_times``: the recorder's resolved step times, a list that grows as steps resolve (empty on
-        ranks that record nothing, which then plant nothing)."""
+        ranks that record nothing, which then plant nothing). ``step_elapsed``: host seconds since the step
+        began, used instead on CPU (None on ranks that record nothing)."""
         if fraction < 0:
             raise ValueError(f"slowdown fraction must be >= 0, got {fraction}")
         self.fraction = fraction
         self._step_times = step_times
+        self._step_elapsed = step_elapsed if device_type != "cuda" else None
         self._host_sleep = host_sleep
         self._device_spin = device_spin
         if device_spin is None and device_type == "cuda" and fraction > 0:
@@ -106,7 +113,7 @@ class SlowdownInjector:
     def pause(self) -> None:
         if self.fraction <= 0:
             return
-        natural = self.natural_step_s()
+        natural = self._step_elapsed() if self._step_elapsed is not None else self.natural_step_s()
         delay = self.fraction * natural if natural else 0.0
         self.planted.append(delay)
         if delay <= 0:

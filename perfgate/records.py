@@ -239,6 +239,13 @@ class StepRecorder:
             self._last_end = self._clock.mark()
             self._data_started = time.perf_counter()
 
+    def host_step_elapsed(self) -> float | None:
+        """Seconds since the last step ended, on the host clock: the current step's own duration so far where a
+        step's work is done when its calls return (CPU); None on GPU or where nothing is recorded."""
+        if not self.active or self._cuda or self._pending:
+            return None
+        return self._clock.seconds(self._last_end, self._clock.mark())
+
     def data_ready(self) -> float:
         """Host seconds the step waited for its batch (the loader's exposed latency)."""
         return time.perf_counter() - self._data_started

@@ -116,7 +116,7 @@ def test_a_real_cpu_loop_runs_slower_by_the_planted_fraction(tmp_path, fraction)
 
     def median_step(planted: float, run: int) -> float:
         recorder = StepRecorder(tmp_path / f"steps-{planted}-{run}.jsonl", device_type="cpu")
-        injector = SlowdownInjector(planted, "cpu", recorder.step_times)
+        injector = SlowdownInjector(planted, "cpu", recorder.step_times, step_elapsed=recorder.host_step_elapsed)
         recorder.begin()
         for step in range(16):
             time.sleep(0.05)
@@ -127,3 +127,34 @@ def test_a_real_cpu_loop_runs_slower_by_the_planted_fraction(tmp_path, fraction)
 
     ratios = [median_step(0.0, run) / median_step(fraction, run) for run in range(3)]
     assert statistics.median(ratios) == pytest.approx(1 / (1 + fraction), abs=0.01)
+
+
+def test_on_cpu_each_step_is_lengthened_by_the_fraction_of_itself_so_the_fastest_step_moves_by_it_too(tmp_path):
+    """The CPU flavour gates the fastest step. Steps of 20 and 60 ms alternate: planting 25 % of a typical step
+    (40 ms) would make the fastest 50 % slower; the plant must make it 25 % slower, as it does the mean."""
+    loss = {"loss": torch.zeros(())}
+
+    def steps(planted: float) -> list[float]:
+        recorder = StepRecorder(tmp_path / f"steps-{planted}.jsonl", device_type="cpu")
+        injector = SlowdownInjector(planted, "cpu", recorder.step_times, step_elapsed=recorder.host_step_elapsed)
+        recorder.begin()
+        for step in range(12):
+            time.sleep(0.02 if step % 2 else 0.06)
+            injector.pause()
+            recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars=loss)
+        recorder.close()
+        return recorder.step_times
+
+    natural, planted = steps(0.0), steps(0.25)
+    assert min(natural) / min(planted) == pytest.approx(1 / 1.25, abs=0.03)
+    assert statistics.fmean(natural) / statistics.fmean(planted) == pytest.approx(1 / 1.25, abs=0.03)
+
+
+def test_a_rank_that_records_nothing_plants_nothing_on_cpu():
+    slept = []
+    recorder = StepRecorder(None, device_type="cpu")
+    injector = SlowdownInjector(0.5, "cpu", recorder.step_times, step_elapsed=recorder.host_step_elapsed,
+                                host_sleep=slept.append)
+    recorder.begin()
+    injector.pause()
+    assert slept == [] and injector.planted == [0.0]

@@ -384,7 +384,8 @@ class Trainer:
         self.args, self.env, self.global_batch = args, env, global_batch
         self.recorder = StepRecorder(args.records if env.rank == 0 else None, device_type=env.device.type,
                                      on_step=on_step)
-        self.injector = SlowdownInjector(args.inject_slowdown, env.device.type, self.recorder.step_times)
+        self.injector = SlowdownInjector(args.inject_slowdown, env.device.type, self.recorder.step_times,
+                                         step_elapsed=self.recorder.host_step_elapsed)
         self.adaptive = AdaptiveStop(args, self.recorder)
         self.lr: Callable[[], float | None] = lambda: None
         self.last_batch: Any = None
