@@ -85,7 +85,8 @@ def against_baseline(result: dict[str, Any]) -> Figure | None:
         ax.set_xlabel("one point per torchrun launch")
         ax.set_ylabel(f"{row['metric']} ({unit})")
         ax.set_title(f"{row['metric']}: {row.get('verdict', result['verdict'])}", fontsize="medium")
-        ax.legend(fontsize="small")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
     figure.suptitle(f"{result['case']}: runs against the {reference}")
     return figure
 

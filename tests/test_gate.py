@@ -132,8 +132,9 @@ def test_no_baseline_reports_the_measurement_and_skips_saying_how_to_create_one(
         checker.check()
     assert (f"w-c-cpu: no baseline for hardware class k ({plan.baseline_file} does not exist), so nothing was "
             "gated. Create it: pytest 'suite.py::test[c-cpu]' --update-baselines") in str(skipped.value)
-    assert measurer.result["metrics"] == [{"metric": METRIC, "unit": "samples/s", "measured": 100.0,
-                                           "verdict": "no-baseline", "run_values": [100.0, 101.0, 99.0]}]
+    assert measurer.result["metrics"] == [{"metric": METRIC, "unit": "samples/s", "measured": 100.5,
+                                           "verdict": "no-baseline", "run_values": [100.0, 101.0]}]
+    assert measurer.launches == 2, "a case without a baseline measures two launches, not --perf-repeats"
     checker, _ = gate(plan, [100.0, 101.0, 99.0], strict_baselines=True)
     with pytest.raises(CaseFailed, match="no baseline for hardware class k"):
         checker.check()
