@@ -74,7 +74,8 @@ def against_baseline(result: dict[str, Any]) -> Figure | None:
                        label=f"{kind} ± tolerance ({tolerance:.1%})")
             ax.axhline(center, color="tab:green", linewidth=1)
         labels = []
-        for x, (name, values, color) in enumerate(((f"{reference} runs", row.get("baseline_runs") or [], "0.4"),
+        missing = f"no {reference}\nfor this class" if row.get("verdict") == "no-baseline" else f"{reference} runs"
+        for x, (name, values, color) in enumerate(((missing, row.get("baseline_runs") or [], "0.4"),
                                                    ("this session's runs", row["run_values"], "tab:blue"))):
             if values:
                 spread = [x + (i - (len(values) - 1) / 2) * 0.04 for i in range(len(values))]

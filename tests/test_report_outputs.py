@@ -219,3 +219,13 @@ def test_history_says_what_is_wrong(tmp_path, capsys):
     commit_baseline(tmp_path, 100.0, "first")
     assert cli.main(["history", "nope-*", "--baseline-dir", str(tmp_path / "baselines")]) == 2
     assert "no committed baseline matching nope-*" in capsys.readouterr().err
+
+
+def test_a_case_without_a_baseline_says_so_where_the_baseline_runs_would_be(results):
+    unjudged = {**results[0], "verdict": "no-baseline",
+                "metrics": [{"metric": "samples_per_second", "unit": "samples/s", "measured": 100.0,
+                             "verdict": "no-baseline", "run_values": [99.0, 101.0]}]}
+    ax = plots.against_baseline(unjudged).axes[0]
+    assert [label.get_text() for label in ax.get_xticklabels()] == ["no baseline\nfor this class",
+                                                                     "this session's runs"]
+    assert ax.get_legend() is None
