@@ -1,0 +1,39 @@
+"""benchmarks/ab_power.py predicts A/B detection power with the gate's own decision rules."""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+SPEC = importlib.util.spec_from_file_location("ab_power", Path(__file__).parent.parent / "benchmarks" / "ab_power.py")
+ab_power = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(ab_power)
+
+
+def test_quiet_pairs_decide_at_the_first_look_and_a_slowdown_within_the_tolerance_passes():
+    quiet = [0.001, -0.001, 0.0, 0.001, -0.001]
+    assert ab_power.verdict(quiet, 0.10, first=3, cap=5, tolerance=0.02) == ("FAIL", 3)
+    assert ab_power.verdict(quiet, 0.01, first=3, cap=5, tolerance=0.02) == ("pass", 3)
+
+
+def test_noisy_pairs_measure_more_until_the_cap_then_an_unproven_slowdown_passes():
+    noisy = [0.08, -0.12, 0.10, -0.09, 0.07]
+    assert ab_power.verdict(noisy, 0.05, first=3, cap=5, tolerance=0.02) == ("pass", 5)
+
+
+def test_power_grows_with_the_slowdown_and_falls_with_the_pair_noise():
+    sizes = [0.0, 0.05, 0.10]
+    quiet = ab_power.predict(0.01, sizes, [5], 3, 0.02, 400, seed=1)[5]
+    noisy = ab_power.predict(0.08, sizes, [5], 3, 0.02, 400, seed=1)[5]
+    assert quiet[0.0][0] <= 0.05 and quiet[0.05][0] >= 0.95 and quiet[0.10][0] == 1.0
+    assert noisy[0.05][0] < quiet[0.05][0] and noisy[0.05][0] < noisy[0.10][0]
+
+
+def test_pair_log_ratios_point_a_slowdown_down_whichever_way_the_metric_is_better():
+    def runs(*values):
+        return [{"metrics": {"samples_per_second": v, "total_time_secs": 1000 / v}} for v in values]
+
+    result = {"reference": {"per_run": runs(100.0, 100.0)}, "per_run": runs(90.0, 100.0)}
+    for metric in ("samples_per_second", "total_time_secs"):
+        assert ab_power.pair_log_ratios(result, metric) == pytest.approx([math.log(0.9), 0.0])
