@@ -69,7 +69,8 @@ def against_baseline(result: dict[str, Any]) -> Figure | None:
         center = row.get("baseline") if row.get("baseline_runs") else row.get("measured")
         tolerance = row.get("tolerance")
         if center is not None and tolerance is not None:
-            kind = "baseline" if row.get("baseline_runs") else "new baseline"
+            kind = (f"{reference} median" if result.get("reference") else "baseline") if row.get("baseline_runs") \
+                else "new baseline"
             ax.axhspan(center * (1 - tolerance), center * (1 + tolerance), color="tab:green", alpha=0.15,
                        label=f"{kind} ± tolerance ({tolerance:.1%})")
             ax.axhline(center, color="tab:green", linewidth=1)
@@ -88,7 +89,8 @@ def against_baseline(result: dict[str, Any]) -> Figure | None:
         ax.set_title(f"{row['metric']}: {row.get('verdict', result['verdict'])}", fontsize="medium")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
-    figure.suptitle(f"{result['case']}: runs against the {reference}")
+    against = f"{reference} (A/B, measured beside them)" if result.get("reference") else "the baseline"
+    figure.suptitle(f"{result['case']}: runs against {against}")
     return figure
 
 
