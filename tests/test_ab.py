@@ -1,7 +1,9 @@
 """--perf-against: a git repository whose second commit makes the workload twice as slow, judged A/B."""
 
 import json
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -63,6 +65,11 @@ def run(pytester, *args):
     return pytester.runpytest_subprocess(*ARGS, *args, timeout=300)
 
 
+def worktrees(repo):
+    """The repository's worktrees, the main one included; a removed checkout would still be listed (prunable)."""
+    return [line for line in git(repo, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
+
+
 def result_of(pytester, case):
     return json.loads(max(pytester.path.glob(f"**/test_case_{case}_cpu_0/result.json"),
                           key=lambda p: p.stat().st_mtime).read_text())
@@ -81,6 +88,25 @@ def test_the_same_code_on_both_sides_passes_and_the_summary_names_both_commits(r
     assert len(stored["per_run"]) == len(stored["reference"]["per_run"]) == 2
     assert stored["time_to_verdict_s"] > 0
     assert not list(repo.path.glob("b*")), "no stored baseline is written or needed"
+    assert worktrees(repo.path) == [f"worktree {repo.path}"], "the reference's checkout is removed at the end"
+
+
+def test_sigterm_during_a_reference_launch_ends_the_session_and_removes_the_reference_checkout(repo, tmp_path):
+    """CI cancels a job with SIGTERM; the reference's worktree must not outlive the session."""
+    repo.makepyfile(sleeper=SLEEPER.format(step_s=0.5))
+    git(repo.path, "commit", "-qam", "slow enough to be interrupted")
+    session = subprocess.Popen([*repo._getpytestargs(), *ARGS, "--perf-against", "HEAD", "-k", "sleep",
+                                "--basetemp", str(tmp_path / "bt")], cwd=repo.path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "bt").glob("*/reference/run0/*.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(worktrees(repo.path)) == 2, "the reference is checked out while its run goes on"
+    session.send_signal(signal.SIGTERM)
+    output, _ = session.communicate(timeout=120)
+    assert session.returncode != 0
+    assert "SIGTERM received" in output
+    assert worktrees(repo.path) == [f"worktree {repo.path}"], output[-2000:]
 
 
 def test_a_commit_twice_as_slow_fails_against_its_parent(repo):
