@@ -86,10 +86,9 @@ class Gate:
             raise CaseFailed(f"{run.key}: {self.reference.where} was measured with workload version "
                              f"{baseline.workload_version}, the case is version {run.case.version}: the numbers "
                              "are not comparable. Re-measure: --update-baselines --force-baseline-update")
-        measurement = self.measurer.measure(settings.repeats if baseline else min(settings.repeats, NO_BASELINE_RUNS))
         if baseline is None:
-            return self.no_baseline(measurement)
-        return self.judge(baseline, measurement)
+            return self.no_baseline(self.measurer.measure(min(settings.repeats, NO_BASELINE_RUNS)))
+        return self.judge(baseline, self.measurer.measure(settings.repeats))
 
     def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, Any]:
         """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""

@@ -63,20 +63,24 @@ def against_baseline(result: dict[str, Any]) -> Figure | None:
     if not rows:
         return None
     figure, axes = _figure(1, len(rows))
-    reference = _reference_name(result)
+    reference, ab = _reference_name(result), bool(result.get("reference"))
     for ax, row in zip(axes[0], rows):
         unit = row.get("unit") or "-"
         center = row.get("baseline") if row.get("baseline_runs") else row.get("measured")
         tolerance = row.get("tolerance")
         if center is not None and tolerance is not None:
-            kind = (f"{reference} median" if result.get("reference") else "baseline") if row.get("baseline_runs") \
-                else "new baseline"
+            if row.get("baseline_runs"):
+                kind = f"{reference} median" if ab else "baseline"
+            else:
+                kind = "new baseline"
             ax.axhspan(center * (1 - tolerance), center * (1 + tolerance), color="tab:green", alpha=0.15,
                        label=f"{kind} ± tolerance ({tolerance:.1%})")
             ax.axhline(center, color="tab:green", linewidth=1)
         labels = []
-        missing = f"no {reference}\nfor this class" if row.get("verdict") == "no-baseline" else f"{reference} runs"
-        for x, (name, values, color) in enumerate(((missing, row.get("baseline_runs") or [], "0.4"),
+        reference_label = f"{reference} runs"
+        if row.get("verdict") == "no-baseline":
+            reference_label = f"no {reference}\nfor this class"
+        for x, (name, values, color) in enumerate(((reference_label, row.get("baseline_runs") or [], "0.4"),
                                                    ("this session's runs", row["run_values"], "tab:blue"))):
             if values:
                 spread = [x + (i - (len(values) - 1) / 2) * 0.04 for i in range(len(values))]
@@ -89,7 +93,7 @@ def against_baseline(result: dict[str, Any]) -> Figure | None:
         ax.set_title(f"{row['metric']}: {row.get('verdict', result['verdict'])}", fontsize="medium")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
-    against = f"{reference} (A/B, measured beside them)" if result.get("reference") else "the baseline"
+    against = f"{reference} (A/B, measured beside them)" if ab else "the baseline"
     figure.suptitle(f"{result['case']}: runs against {against}")
     return figure
 
