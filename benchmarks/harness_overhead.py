@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from perfgate.launch import LaunchFailed, LaunchSpec, launch  # noqa: E402
 from perfgate.metrics import compute  # noqa: E402
-from perfgate.records import read_records  # noqa: E402
+from perfgate.records import RunRecords, read_records  # noqa: E402
 
 CPU_ARGS = ["--device", "cpu", "--precision", "fp32", "--loader", "synthetic", "--workers", "0", "--image-size", "64",
             "--batch-size", "8", "--steps", "40"]
@@ -34,16 +34,21 @@ CPU_ARGS = ["--device", "cpu", "--precision", "fp32", "--loader", "synthetic", "
 
 def measure(args: argparse.Namespace, timing: str, run_dir: Path, extra: Sequence[str] = ()) -> float:
     """Global samples/s of one launch: perfgate's window metric, or the bare loop's own figure."""
+    got = launch_records(args, timing, run_dir, extra)
+    if timing == "bare":
+        return float(got.phases["bare"]["samples_per_second"])
+    return compute(got, args.warmup).samples_per_second
+
+
+def launch_records(args: argparse.Namespace, timing: str, run_dir: Path, extra: Sequence[str] = ()) -> RunRecords:
+    """One launch of the workload; its step records."""
     records = run_dir / "steps.jsonl"
     entry = [str(args.workload), *(args.workload_args or CPU_ARGS), "--warmup", str(args.warmup),
              "--timing", timing, "--records", str(records), *extra]
     spec = LaunchSpec(entry=entry, workdir=run_dir, procs_per_node=args.nproc, timeout_s=args.timeout,
                       env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     launch(spec)
-    got = read_records(records)
-    if timing == "bare":
-        return float(got.phases["bare"]["samples_per_second"])
-    return compute(got, args.warmup).samples_per_second
+    return read_records(records)
 
 
 def main() -> int:

@@ -7,7 +7,8 @@ interleaved with unplanted launches, and the measured throughput set against 1 /
 
 Each round launches F = 0 and every planted size once, in a shuffled order, so a drift of the machine falls
 on all alike; a size's measured ratio is the median over rounds of its throughput over the same round's
-unplanted throughput. perfgate's promise: within 1 percentage point of 1 / (1 + F), on CPU and GPU.
+unplanted throughput. perfgate's promise: within 1 percentage point of 1 / (1 + F), on CPU and GPU, for the
+window's throughput and for the fastest step's (the metric the CPU flavour gates).
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness_overhead import CPU_ARGS, REPO, measure
+from harness_overhead import CPU_ARGS, REPO, launch_records
 
 from perfgate.launch import LaunchFailed
+from perfgate.metrics import compute
+
+METRICS = ("samples_per_second", "fastest_step_samples_per_second")
 
 
 def main() -> int:
@@ -40,29 +44,31 @@ def main() -> int:
     args = parser.parse_args()
 
     shuffle = random.Random(args.seed).shuffle
-    ratios: dict[float, list[float]] = {size: [] for size in args.sizes}
+    ratios: dict[tuple[str, float], list[float]] = {(m, size): [] for m in METRICS for size in args.sizes}
     with tempfile.TemporaryDirectory(prefix="perfgate-planted-") as scratch:
         for round_ in range(args.rounds):
             order = [0.0, *args.sizes]
             shuffle(order)
             try:
-                rate = {size: measure(args, "steps", Path(scratch) / f"r{round_}-{size}",
-                                      ["--inject-slowdown", str(size)] if size else []) for size in order}
+                rate = {size: compute(launch_records(args, "steps", Path(scratch) / f"r{round_}-{size}",
+                                                     ["--inject-slowdown", str(size)] if size else []), args.warmup)
+                        for size in order}
             except LaunchFailed as exc:
                 sys.exit(f"launch failed ({exc.kind}): {exc.message}")
-            for size in args.sizes:
-                ratios[size].append(rate[size] / rate[0.0])
+            for metric, size in ratios:
+                ratios[metric, size].append(getattr(rate[size], metric) / getattr(rate[0.0], metric))
             print(f"[round {round_ + 1}/{args.rounds}] " + ", ".join(
-                f"{size:g}: {rate[size]:.2f}" for size in order) + " samples/s", flush=True)
+                f"{size:g}: {rate[size].samples_per_second:.2f} (fastest step "
+                f"{rate[size].fastest_step_samples_per_second:.2f})" for size in order) + " samples/s", flush=True)
 
-    print("| planted | expected throughput | measured throughput (median) | off by | rounds |")
-    print("|---|---|---|---|---|")
+    print("| metric | planted | expected throughput | measured throughput (median) | off by | rounds |")
+    print("|---|---|---|---|---|---|")
     rows = []
-    for size in args.sizes:
-        expected, measured = 1 / (1 + size), statistics.median(ratios[size])
-        rows.append({"planted": size, "expected": expected, "measured": measured, "ratios": ratios[size]})
-        print(f"| {size:.0%} | {expected - 1:+.1%} | {measured - 1:+.1%} | {100 * (measured - expected):+.1f} "
-              f"points | {len(ratios[size])} |")
+    for (metric, size), got in ratios.items():
+        expected, measured = 1 / (1 + size), statistics.median(got)
+        rows.append({"metric": metric, "planted": size, "expected": expected, "measured": measured, "ratios": got})
+        print(f"| {metric} | {size:.0%} | {expected - 1:+.1%} | {measured - 1:+.1%} | "
+              f"{100 * (measured - expected):+.1f} points | {len(got)} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"workload": str(args.workload), "workload_args": args.workload_args or CPU_ARGS,
                                     "nproc": args.nproc, "rows": rows}, indent=2) + "\n")
