@@ -100,7 +100,7 @@ class Gate:
             except baselines.BaselineError as exc:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
             undecided = any(v.outcome == "inconclusive" for v in verdicts)
-            if not undecided or len(measurement.runs) >= cap:
+            if not undecided or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
         outcomes = [stats.settle(v.decision).outcome for v in verdicts]
@@ -129,6 +129,10 @@ class Gate:
     def repeat_cap(self) -> int:
         """How many runs an inconclusive verdict may grow to."""
         return self.settings.repeat_cap
+
+    def may_measure_more(self, measurement: Measurement, cap: int) -> bool:
+        """Whether an inconclusive verdict may launch another run."""
+        return len(measurement.runs) < cap
 
     def measure_more(self, baseline: baselines.Baseline, cap: int) -> baselines.Baseline:
         """One more run while a verdict is inconclusive; returns what to judge against next."""

@@ -55,9 +55,7 @@ def summary(results: Sequence[dict[str, Any]], settings: Settings,
     paired = [r for r in results if r.get("reference")]
     sections = [
         ("Verdicts", report.summary_rows(judged), VERDICT_HEADER),
-        ("A/B pairs and time to verdict",
-         [[r["case"], str(len(r["reference"]["per_run"])), report.clock(r.get("time_to_verdict_s", 0))]
-          for r in paired], ("case", "pairs", "time to verdict")),
+        ("A/B pairs and time to verdict", report.ab_rows(paired), report.AB_HEADER),
         ("Baselines written (review the diff before committing)", report.update_rows(updated), report.UPDATE_HEADER),
         ("What each case achieved", report.profile_rows(results), report.PROFILE_HEADER),
         ("GPUs during the measured windows (NVML)", report.gpu_rows(results, settings.min_gpu_util), report.GPU_HEADER),

@@ -75,6 +75,15 @@ def summary_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+AB_HEADER = ("case", "pairs", "time to verdict", "time budget (--perf-ab-budget)")
+
+
+def ab_rows(paired: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """A/B cases: how many pairs each measured, how long its verdict took, and whether --perf-ab-budget cut it short."""
+    return [[r["case"], str(len(r["reference"]["per_run"])), clock(r.get("time_to_verdict_s", 0)),
+             r.get("ab_budget_stop", "-")] for r in paired]
+
+
 UPDATE_HEADER = ("case", "metric", "old", "new", "change", "new tolerance", "noise", "runs")
 
 
@@ -284,8 +293,7 @@ class TerminalSummary:
                            "change is in each case's result.json)")
         if paired:
             self._line("A/B: pairs of launches (reference, candidate) and the time to each verdict:")
-            self._table([[r["case"], str(len(r["reference"]["per_run"])), clock(r.get("time_to_verdict_s", 0))]
-                         for r in paired], ("case", "pairs", "time to verdict"))
+            self._table(ab_rows(paired), AB_HEADER)
         self._updated([r for r in results if r["verdict"] == "updated"])
         for heading, rows, header in (
             ("what each case achieved (medians over runs; IO / SYNTHETIC from the first run):",

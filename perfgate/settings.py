@@ -160,6 +160,11 @@ OPTIONS = (
     Option("--perf-ab-tolerance", "ab_tolerance", "under --perf-against, the smallest significant slowdown against "
            "the reference that fails a case; the machine's drift falls on both sides alike, so it can sit far below "
            "a stored baseline's tolerance (default: 0.02)", fraction, 0.02, "FRACTION"),
+    Option("--perf-ab-budget", "ab_budget", "under --perf-against, seconds a case may take to its verdict: beyond the "
+           "first --perf-repeats pairs, no pair starts that would end past it (at the case's mean pair time so far), "
+           "and the verdict is decided as at the pair cap; e.g. 240 for a 4-minute gate (default: only "
+           "--perf-max-repeats limits the pairs)",
+           seconds, None, "SECONDS"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
            "(one benchmark per case flavour, its measured steps as rounds, perfgate's verdict in extra_info), for "
            "`pytest-benchmark compare` and github-action-benchmark's \"pytest\" tool", Path, None, "PATH"),
@@ -200,6 +205,7 @@ class Settings:
     force_baseline_update: bool = False
     against: str | None = None
     ab_tolerance: float = 0.02
+    ab_budget: float | None = None
     json_path: Path | None = None
     published: Path = Path("references/published.json")
     report_dir: Path | None = None
@@ -268,6 +274,9 @@ def resolve(config: pytest.Config) -> Settings:
     if settings.against and settings.update_baselines:
         raise pytest.UsageError("perfgate: --perf-against measures a reference revision instead of using baselines; "
                                 "it cannot be combined with --update-baselines")
+    if settings.ab_budget is not None and not settings.against:
+        raise pytest.UsageError("perfgate: --perf-ab-budget limits the pairs of --perf-against REF; without it there "
+                                "are no pairs (the stored-baseline gate is limited by --perf-max-repeats)")
     if settings.inject_slowdown and settings.update_baselines:
         raise pytest.UsageError(
             "perfgate: --perf-inject-slowdown makes runs slower on purpose; it cannot be combined with "

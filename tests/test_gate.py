@@ -1,12 +1,13 @@
 """The gate's decisions on fake measurements: no torchrun, a measurer that hands out chosen values."""
 
 import json
+import math
 import re
 import warnings
 
 import pytest
 
-from perfgate import baselines, stats
+from perfgate import baselines, report, stats
 from perfgate.baselines import Baseline, MetricBaseline
 from perfgate.cases import Case, CaseRun, Flavour
 from perfgate.gate import Gate, StaleBaselineWarning, StoredBaseline
@@ -249,6 +250,45 @@ def test_ab_measures_another_pair_while_the_verdict_is_inconclusive(tmp_path):
     gate, candidate, order = ab_gate(plan, [100.0, 130.0, 80.0, 100.0], [100.0] * 4)
     assert gate.check()["verdict"] == "pass"
     assert order == ["reference", "candidate", "candidate", "reference", "reference", "candidate"]
+
+
+class LaunchClock:
+    """A clock that each launch moves on by its seconds: the fake measurers launch in no time."""
+
+    def __init__(self, seconds_per_launch):
+        self.now, self.seconds_per_launch = 0.0, seconds_per_launch
+
+    def __call__(self):
+        return self.now
+
+    def wrap(self, measurer):
+        launch_once = measurer.launch_once
+
+        def timed(planned):
+            launch_once(planned)
+            self.now += self.seconds_per_launch
+        measurer.launch_once = timed
+
+
+@pytest.mark.parametrize("budget, pairs", [(None, 5), (200, 3), (239, 3), (240, 4)])
+def test_ab_budget_starts_no_pair_that_would_end_past_it(tmp_path, budget, pairs):
+    """30 s launches, so 60 s pairs; the verdict stays inconclusive (the candidate at 90, 90, 110, 90, 110 against
+    100: 2.5-5.5 % worse, never significant), so only the cap of 5 pairs or the budget stops it, and it settles as a
+    pass."""
+    plan = make_plan(tmp_path)
+    gate, candidate, order = ab_gate(plan, [100.0] * 6, [90.0, 90.0, 110.0, 90.0, 110.0, 90.0], repeats=3, max_repeats=5,
+                                     ab_budget=budget)
+    clock = LaunchClock(30.0)
+    gate.clock = clock
+    clock.wrap(gate.measurer)
+    clock.wrap(gate.reference.measurer)
+    assert gate.check()["verdict"] == "pass"
+    assert len(order) == 2 * pairs
+    assert candidate.result["time_to_verdict_s"] == 60.0 * pairs <= (budget or math.inf)
+    stop = candidate.result.get("ab_budget_stop")
+    assert stop == (None if budget is None else f"no pair {pairs + 1}: it would end {60 * pairs + 60} s after the "
+                                                f"case began, past --perf-ab-budget {budget} s")
+    assert report.ab_rows([candidate.result])[0][1:] == [str(pairs), f"{pairs}:00", stop or "-"]
 
 
 def test_ab_judges_pairs_so_drift_over_the_session_does_not_hide_a_slowdown(tmp_path):
