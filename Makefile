@@ -10,23 +10,33 @@ FLOOR_VENV ?= .venv-floor
 FLOOR_STAMP := $(FLOOR_VENV)/.perfgate-installed
 PYTEST_ARGS ?=
 
-.PHONY: perf baselines test test-floor venv clean
+.PHONY: perf baselines test test-floor venv deps clean
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+# Both environments' dependencies, which `make -j2 deps` installs side by side (CI does). The editable installs
+# that follow stay one at a time: each writes perfgate.egg-info into this directory.
+deps: $(VENV)/.deps-installed $(FLOOR_VENV)/.deps-installed
+
+$(VENV)/.deps-installed: requirements.txt constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
-	touch $(STAMP)
+	touch $@
 
-$(FLOOR_STAMP): requirements-floor.txt constraints-floor.txt pyproject.toml
+$(FLOOR_VENV)/.deps-installed: requirements-floor.txt constraints-floor.txt
 	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(FLOOR_VENV)/bin/python -m pip install --quiet -r requirements-floor.txt -c constraints-floor.txt
+	touch $@
+
+$(STAMP): $(VENV)/.deps-installed pyproject.toml
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(FLOOR_STAMP): $(FLOOR_VENV)/.deps-installed pyproject.toml
 	$(FLOOR_VENV)/bin/python -m pip install --quiet --no-deps -e .
-	touch $(FLOOR_STAMP)
+	touch $@
 
 perf: $(STAMP)
 	PERFGATE_BASELINES_COMMAND="make baselines" \

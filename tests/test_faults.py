@@ -54,7 +54,7 @@ def pytest_args(root, *args):
 
 def results_of(basetemp):
     results = {}
-    for path in basetemp.glob("*/result.json"):
+    for path in basetemp.glob("**/result.json"):
         result = json.loads(path.read_text())
         results[result["case"]] = result
     return results
@@ -76,10 +76,12 @@ def suite_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def outcome(suite_dir):
-    """One pytest session over the in-run scenarios; returns its output and each case's result.json."""
+    """One pytest session over the in-run scenarios; returns its output and each case's result.json.
+
+    Two xdist workers, so that the hang's 45 s timeout overlaps the other scenarios: none of them is timed."""
     before = baseline_files(suite_dir)
-    done = subprocess.run(pytest_args(suite_dir, "-k", "not slow"), cwd=suite_dir, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(pytest_args(suite_dir, "-k", "not slow", "-n", "2"), cwd=suite_dir, capture_output=True,
+                          text=True, timeout=600)
     return done.stdout + done.stderr, results_of(suite_dir / "tmp"), before
 
 
