@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+from conftest import REPO
+
 TOY_DDP = """
 import argparse, os, pathlib, time
 import torch
@@ -78,3 +80,22 @@ def interrupt_mid_run(pytester, args, sig):
     finally:
         session.kill()
     return session.returncode, output, basetemp
+
+
+WORKLOAD_CASES = (
+    "tests_perf/test_resnet50.py::test_resnet50[fp32-torch-w1-bucket25-cpu]",
+    "tests_perf/test_unet3d.py::test_unet3d[fp32-torch-w1-bucket25-cpu]",
+    "tests_perf/test_unet3d.py::test_unet3d[fp32-dali-w1-bucket25-cpu]",
+    "tests_perf/test_openclip.py::test_openclip[workers0-cpu]",
+)
+"""The CPU flavour of every workload: ResNet-50, the U-Net with the torch loader and with DALI, OpenCLIP."""
+
+
+def run_workloads(launcher_args, into, env=None):
+    """Measures each of WORKLOAD_CASES once, short, as a fresh baseline (so each passes when its launch measured),
+    through the given launcher; returns the finished pytest session."""
+    command = [sys.executable, "-m", "pytest", *WORKLOAD_CASES, *launcher_args, "--update-baselines",
+               "--perf-baseline-repeats", "1", "--perf-steps", "6", "--perf-warmup", "2", "--baseline-dir",
+               str(into / "b"), "--hardware-class", "two-nodes", "--basetemp", str(into / "runs"),
+               "-p", "no:cacheprovider", "-q", "-rs"]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

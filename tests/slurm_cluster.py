@@ -3,6 +3,9 @@
 Debian's slurm-wlm is built with multiple-slurmd support: two ``slurmd -N`` daemons, each its own node
 (n1, n2) on its own port, beside one slurmctld, all authenticated by a munged with a key made for the
 test. Nothing of the machine's own SLURM or munge configuration is read or touched.
+
+Each node's tasks get a TMPDIR of their own (a TaskProlog exports it, as clusters give jobs a node-local one):
+whatever one node writes there, the other cannot read.
 """
 
 from __future__ import annotations
@@ -36,11 +39,16 @@ class SlurmCluster:
         self.conf = root / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self._daemons: list[subprocess.Popen] = []
+        self.tmpdirs = {name: root / f"tmp-{name}" for name in NODES}
+        """Each node's TMPDIR."""
 
     def start(self) -> "SlurmCluster":
         root, host = self.root, socket.gethostname().split(".")[0]
-        for folder in ("munge", "state", "log", "spool-n1", "spool-n2"):
+        for folder in ("munge", "state", "log", "spool-n1", "spool-n2", *(path.name for path in self.tmpdirs.values())):
             (root / folder).mkdir(mode=0o700)
+        prolog = root / "task_prolog.sh"
+        prolog.write_text(f'#!/bin/sh\necho "export TMPDIR={root}/tmp-$SLURMD_NODENAME"\n')
+        prolog.chmod(0o755)
         key = root / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
@@ -70,6 +78,7 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
 KillWait=5
+TaskProlog={prolog}
 {nodes}
 PartitionName=test Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
 """)

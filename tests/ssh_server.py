@@ -1,6 +1,9 @@
 """A real sshd on loopback addresses (127.0.0.1 and 127.0.0.2 stand for two hosts), with a host key and a
 client key generated for the test; for the ssh launcher's tests. The machine's own sshd and keys are
-left alone."""
+left alone.
+
+Each host's sessions get a TMPDIR of their own (``SetEnv`` in a ``Match LocalAddress`` block), as the nodes of
+a cluster have their own /tmp: whatever one node writes there, the other cannot read."""
 
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ class SshServer:
         self.port = free_port()
         self.key = root / "client_key"
         self._sshd: subprocess.Popen | None = None
+        self.tmpdirs = {host: root / f"tmp-{host}" for host in HOSTS}
+        """Each host's TMPDIR."""
 
     @property
     def client_args(self) -> str:
@@ -43,13 +48,16 @@ class SshServer:
         for key in ("host_key", "client_key"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / key)], check=True)
         (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
+        for tmpdir in self.tmpdirs.values():
+            tmpdir.mkdir()
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         config = root / "sshd_config"
         config.write_text("\n".join([
             f"Port {self.port}", *[f"ListenAddress {host}" for host in HOSTS], f"HostKey {root / 'host_key'}",
             f"PidFile {root / 'sshd.pid'}", f"AuthorizedKeysFile {root / 'authorized_keys'}",
             "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-            "UsePAM no", "StrictModes no", "MaxStartups 50", "",
+            "UsePAM no", "StrictModes no", "MaxStartups 50",
+            *[f"Match LocalAddress {host}\n    SetEnv TMPDIR={tmpdir}" for host, tmpdir in self.tmpdirs.items()], "",
         ]))
         log = (root / "sshd.log").open("w")
         self._sshd = subprocess.Popen([shutil.which("sshd"), "-D", "-e", "-f", str(config)], stdout=log,

@@ -14,7 +14,7 @@ import pytest
 
 import slurm_cluster
 from conftest import leftover_processes
-from multinode import interrupt_mid_run, write_suite
+from multinode import WORKLOAD_CASES, interrupt_mid_run, run_workloads, write_suite
 
 CLASS = "slurm-two-nodes"
 ARGS = ["--launcher", "slurm", "--nodes", "2", "--baseline-dir", "b", "--hardware-class", CLASS,
@@ -97,4 +97,15 @@ def test_sigterm_to_pytest_cancels_the_step_with_no_process_left(suite, cluster)
     code, output, basetemp = interrupt_mid_run(suite, ARGS, signal.SIGTERM)
     assert code != 0 and "KeyboardInterrupt" in output, output[-2000:]
     assert leftover_processes(str(basetemp)) == []
+    assert cluster.jobs() == []
+
+
+def test_every_workload_runs_on_two_slurm_nodes_with_their_own_temp_dirs(suite, cluster, tmp_path):
+    """Each node's TMPDIR is its own (the test cluster's TaskProlog), as on a cluster: the U-Net's volume must be
+    written on each node."""
+    session = run_workloads(["--launcher", "slurm", "--nodes", "2"], tmp_path, env=cluster.env)
+    assert session.returncode == 0, session.stdout[-6000:] + session.stderr[-2000:]
+    assert f"{len(WORKLOAD_CASES)} passed" in session.stdout
+    for tmpdir in cluster.tmpdirs.values():
+        assert (tmpdir / "perfgate-unet3d-128-seed0" / "input.npy").is_file()
     assert cluster.jobs() == []

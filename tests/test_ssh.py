@@ -9,7 +9,7 @@ import pytest
 
 import ssh_server
 from conftest import leftover_processes
-from multinode import interrupt_mid_run, write_suite
+from multinode import WORKLOAD_CASES, interrupt_mid_run, run_workloads, write_suite
 
 CLASS = "ssh-two-hosts"
 
@@ -86,3 +86,13 @@ def test_interrupting_pytest_ends_the_run_on_every_host(suite, server, sig):
     code, output, basetemp = interrupt_mid_run(suite, options(server), sig)
     assert code != 0 and ("KeyboardInterrupt" in output or "Interrupted" in output), output[-2000:]
     assert leftover_processes(str(basetemp)) == []
+
+
+def test_every_workload_runs_on_two_hosts_with_their_own_temp_dirs(server, tmp_path):
+    """Each host's TMPDIR is its own, as on a cluster: the U-Net's volume must be written on each node."""
+    session = run_workloads(options(server)[:5], tmp_path)
+    assert session.returncode == 0, session.stdout[-6000:] + session.stderr[-2000:]
+    assert f"{len(WORKLOAD_CASES)} passed" in session.stdout
+    for tmpdir in server.tmpdirs.values():
+        assert (tmpdir / "perfgate-unet3d-128-seed0" / "input.npy").is_file()
+    assert leftover_processes(str(tmp_path)) == []

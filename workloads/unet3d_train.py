@@ -2,8 +2,9 @@
 
 The model has the tutorial's shape: 4 input channels -> 5 output channels on 64^3 crops, six
 stride-2 down-convolutions and six transposed up-convolutions with skip connections, ~117 M
-parameters at ``--base-channels 64``; Adam and an L1 loss. Rank 0 writes a synthetic simulation
-volume (4 input fields and 5 target fields derived from them) as .npy files; every sample is a random
+parameters at ``--base-channels 64``; Adam and an L1 loss. Each node's local rank 0 writes a synthetic
+simulation volume (4 input fields and 5 target fields derived from them) as .npy files into that node's temp
+dir (a cluster's /tmp or per-job TMPDIR is its own), or into ``--data-dir``; every sample is a random
 64^3 crop of it with a random rotation and reflection (a permutation of the spatial axes and random
 flips), applied alike to input and target. The crops are read from the files and augmented in a
 DataLoader (``--loader torch``), or by a DALI pipeline (``--loader dali``: CPU operators on CPU, GPU
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import NoReturn
+import socket
+import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -44,7 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--base-channels", type=int, default=64, help="width of the first level (64: ~117 M parameters)")
     parser.add_argument("--volume", type=int, default=128, help="side of the synthetic volume on disk (default: %(default)s)")
     parser.add_argument("--data-dir", type=Path,
-                        help="where the volume's .npy files are kept (default: a perfgate-unet3d-* folder in the temp dir)")
+                        help="where the volume's .npy files are kept: each node writes its own copy unless they are "
+                        "already there (default: a perfgate-unet3d-* folder in each node's temp dir)")
     parser.add_argument("--lr", type=float, default=1e-4)
     args = parser.parse_args(argv)
     problems = common.common_problems(args)
@@ -96,7 +100,8 @@ class UNet3D(nn.Module):
 def write_volume(directory: Path, side: int, seed: int = 0) -> tuple[Path, Path]:
     """A smooth random 4-field volume and 5 target fields that depend on it, as C-order float32 .npy.
 
-    Kept between runs (it is the same for a side and seed); each file appears whole or not at all.
+    Kept between runs (it is the same for a side and seed); each file appears whole or not at all, so nodes that
+    share ``directory`` may write it at once.
     """
     directory.mkdir(parents=True, exist_ok=True)
     paths = directory / "input.npy", directory / "target.npy"
@@ -110,9 +115,26 @@ def write_volume(directory: Path, side: int, seed: int = 0) -> tuple[Path, Path]
     padded[:, :fields.shape[1], :fields.shape[2], :fields.shape[3]] = fields
     target = np.concatenate([np.tanh(padded), padded.sum(axis=0, keepdims=True) / IN_CHANNELS]).astype(np.float32)
     for path, array in zip(paths, (padded, target)):
-        partial = path.with_suffix(f".{os.getpid()}.partial.npy")
+        partial = path.with_suffix(f".{socket.gethostname()}-{os.getpid()}.partial.npy")
         np.save(partial, array)
         partial.replace(path)
+    return paths
+
+
+def prepare_volume(args: argparse.Namespace, env: common.Distributed) -> tuple[Path, Path]:
+    """The volume's files as every rank of this node reads them: its local rank 0 writes them into this node's
+    temp dir (or ``--data-dir``) while the others wait; a rank that still cannot read them ends the run, saying so.
+    """
+    data_dir = args.data_dir or Path(tempfile.gettempdir()) / f"perfgate-unet3d-{args.volume}-seed{args.seed}"
+    if env.local_rank == 0:
+        write_volume(data_dir, args.volume, seed=args.seed)
+    dist.barrier()
+    paths = data_dir / "input.npy", data_dir / "target.npy"
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        sys.exit(f"{Path(__file__).name}: error: rank {env.rank} (local rank {env.local_rank}) on "
+                 f"{socket.gethostname()} cannot read {', '.join(missing)}, which its node's local rank 0 wrote: the "
+                 "node's ranks see different file systems there; give --data-dir a directory they all see")
     return paths
 
 
@@ -178,11 +200,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     torch.manual_seed(args.seed)
     common.set_math_mode(args.precision)
 
-    data_dir = args.data_dir or Path(tempfile.gettempdir()) / f"perfgate-unet3d-{args.volume}-seed{args.seed}"
-    if env.rank == 0:
-        write_volume(data_dir, args.volume, seed=args.seed)
-    dist.barrier()
-    paths = data_dir / "input.npy", data_dir / "target.npy"
+    paths = prepare_volume(args, env)
 
     model = UNet3D(args.base_channels).to(env.device)
     global_batch = args.batch_size * env.world_size
