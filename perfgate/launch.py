@@ -50,6 +50,9 @@ class LaunchSpec:
     """CUDA_VISIBLE_DEVICES for each agent; None leaves the environment's visibility alone."""
     ports: range | None = None
     """Where to pick the rendezvous port (see port_share); None: any free port."""
+    node_gpu_samples: bool = False
+    """Each node samples its own GPUs into the run's directory (gpu_monitor.NODE_SAMPLES): remote launchers'
+    GPU cases, whose GPUs the pytest process cannot see."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,16 @@ def agent_command(spec: LaunchSpec, node: int, endpoint: str, run_id: str) -> li
         "--tee", "3",
         *spec.entry,
     ]
+
+
+def node_agent_command(spec: LaunchSpec, node: int, endpoint: str, run_id: str) -> list[str]:
+    """What a remote node runs: its torchrun agent, behind ``python -m perfgate.node_agent`` where the node samples
+    its GPUs (which starts the sampler, then becomes the agent)."""
+    agent = agent_command(spec, node, endpoint, run_id)
+    if not spec.node_gpu_samples:
+        return agent
+    return [sys.executable, "-m", "perfgate.node_agent", "--workdir", str(spec.workdir), "--node", str(node),
+            "--gpus", str(spec.procs_per_node), "--", *agent]
 
 
 def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:

@@ -39,8 +39,9 @@ class LowGpuUtilizationWarning(UserWarning):
 
 
 class Window:
-    """When the measured window ran, in monotonic time, as seen by tailing the records: it opens once the
-    warm-up steps are recorded and closes at the last step (records arrive up to a poll late)."""
+    """When the measured window ran, in wall-clock time (as GPU samples are stamped, on every node), as seen by
+    tailing the records: it opens once the warm-up steps are recorded and closes at the last step (records arrive
+    up to a poll late)."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
@@ -52,7 +53,7 @@ class Window:
         if not new_steps:
             return
         self.steps += new_steps
-        now = time.monotonic()
+        now = time.time()
         if self.start is None and self.steps >= self.warmup:
             self.start = now
         self.end = now
@@ -175,13 +176,14 @@ class Measurer:
             "data_times_s": [s.data_s for s in records.steps],
             "time_s": metrics.time_accounting(records, plan.warmup, launched_at, finished_at),
         }
-        if monitor is not None:
-            in_window = window.samples(monitor.samples)
+        samples, problems = self._gpu_samples(monitor, run_dir)
+        if samples is not None:
+            in_window = window.samples(samples)
             measurement.gpu_samples.extend(in_window)
             result["gpu"] = gpu_monitor.summarize(measurement.gpu_samples)
             run["gpu_samples"] = gpu_monitor.timeline(in_window, window.start)
-            if monitor.error:
-                result["gpu_monitor"] = monitor.error
+        if problems:
+            result["gpu_monitor"] = "; ".join(problems)
         measurement.runs.append(run)
         result["measured"] = measurement.medians()
         result["runs"] = len(measurement.runs)
@@ -190,7 +192,7 @@ class Measurer:
         """Flags GPUs that idled and writes ``result.json`` (the record, the command and every run) next to
         the runs' directories, whatever the outcome."""
         gpu = self.result.get("gpu")
-        if gpu and gpu["mean_utilization"] < min_gpu_util:
+        if gpu and gpu["mean_utilization"] is not None and gpu["mean_utilization"] < min_gpu_util:
             warnings.warn(LowGpuUtilizationWarning(
                 f"{self.result['case']}: the least busy GPU was utilised {gpu['mean_utilization']:.0%} of the "
                 f"measured window (< {min_gpu_util:.0%}, --perf-min-gpu-util): the case is bound by something other "
@@ -232,9 +234,10 @@ class Measurer:
 
     @contextlib.contextmanager
     def _gpu_monitor(self) -> Iterator[gpu_monitor.GpuMonitor | None]:
-        """Samples the case's GPUs through NVML while it runs; None for CPU cases or without NVML."""
+        """Samples the case's GPUs through NVML while it runs, from here for the local launcher; None for CPU cases,
+        without NVML, and where the nodes sample their own GPUs (LaunchSpec.node_gpu_samples)."""
         plan = self.plan
-        if plan.run.kind != "gpu":
+        if plan.run.kind != "gpu" or plan.spec.node_gpu_samples:
             yield None
             return
         nvml, why_not = self._nvml()
@@ -242,10 +245,18 @@ class Measurer:
             self.result["gpu_monitor"] = why_not
             yield None
             return
-        ids = [i for node in plan.spec.devices_per_node or [] for i in node.split(",")]
-        indices = [int(i) for i in ids] if all(i.isdigit() for i in ids) else list(range(plan.hardware.gpu_count))
-        with gpu_monitor.GpuMonitor(nvml, indices) as monitor:
+        devices = [d for node in plan.spec.devices_per_node or [] for d in node.split(",")]
+        with gpu_monitor.GpuMonitor(nvml, devices or gpu_monitor.visible_devices(None, plan.hardware.gpu_count)) as monitor:
             yield monitor
+
+    def _gpu_samples(self, monitor: gpu_monitor.GpuMonitor | None,
+                     run_dir: Path) -> tuple[list[gpu_monitor.Sample] | None, list[str]]:
+        """This run's GPU samples (None where nothing sampled) and what could not be sampled."""
+        if self.plan.run.kind == "gpu" and self.plan.spec.node_gpu_samples:
+            return gpu_monitor.read_node_samples(run_dir, self.plan.spec.nodes)
+        if monitor is None:
+            return None, []
+        return monitor.samples, monitor.problems
 
     def _portable(self, command: str, run_dir: Path) -> str:
         """The launch command as it can be rerun from the repository root on another host."""

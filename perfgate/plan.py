@@ -81,6 +81,7 @@ def plan(run: CaseRun, settings: Settings, node_hardware: Sequence[hardware.Hard
         env=child_env(run.kind, root),
         devices_per_node=devices,
         ports=port_share(*xdist_worker()),
+        node_gpu_samples=run.kind == "gpu" and settings.launcher != "local",
     )
     try:
         path = baselines.baseline_path(settings.baseline_dir, hw_class, run.key)

@@ -133,8 +133,10 @@ def gpu(result: dict[str, Any]) -> Figure | None:
         for index in sorted({s["gpu"] for s in run["gpu_samples"]}):
             mine = [s for s in run["gpu_samples"] if s["gpu"] == index]
             label = f"run {run['run'] + 1}, GPU {index}"
-            utilization.plot([s["t_s"] for s in mine], [100 * s["utilization"] for s in mine], label=label)
-            power.plot([s["t_s"] for s in mine], [s["power_w"] for s in mine], label=label)
+            utilization.plot([s["t_s"] for s in mine if s["utilization"] is not None],
+                             [100 * s["utilization"] for s in mine if s["utilization"] is not None], label=label)
+            power.plot([s["t_s"] for s in mine if s["power_w"] is not None],
+                       [s["power_w"] for s in mine if s["power_w"] is not None], label=label)
     utilization.set_ylabel("GPU utilisation (%)")
     utilization.set_ylim(0, 105)
     utilization.set_title(f"{result['case']}: GPU utilisation and power over the measured window")

@@ -166,11 +166,12 @@ def gpu_rows(results: Sequence[dict[str, Any]], min_utilization: float) -> list[
         gpu = result.get("gpu")
         if not gpu:
             continue
-        low = gpu["mean_utilization"] < min_utilization
+        utilization, memory, power = gpu["mean_utilization"], gpu["peak_memory_bytes"], gpu["mean_power_w"]
+        low = utilization is not None and utilization < min_utilization
         rows.append([
-            result["case"], f"{gpu['mean_utilization']:.0%}", f"{gpu['peak_memory_bytes'] / 2**30:.1f} GiB",
-            f"{gpu['mean_power_w']:.0f} W", ", ".join(gpu["throttle"]) or "none",
-            f"LOW UTILISATION (< {min_utilization:.0%})" if low else "",
+            result["case"], "-" if utilization is None else f"{utilization:.0%}",
+            "-" if memory is None else f"{memory / 2**30:.1f} GiB", "-" if power is None else f"{power:.0f} W",
+            ", ".join(gpu["throttle"]) or "none", f"LOW UTILISATION (< {min_utilization:.0%})" if low else "",
         ])
     return rows
 

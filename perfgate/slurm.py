@@ -22,6 +22,7 @@ from typing import Callable, Mapping, Sequence
 
 from perfgate.diagnose import LaunchFailed, diagnose_failure
 from perfgate.hardware import Hardware
+from perfgate.node_agent import become_agent
 from perfgate.launch import (
     NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, agent_command, free_port, kill_run, read_node_hardware,
     wait_for_agents,
@@ -41,7 +42,8 @@ class SlurmLauncher:
         node_side = [
             sys.executable, "-m", "perfgate.slurm", "--port", str(port), "--run-id", run_id,
             "--workdir", str(spec.workdir), "--nodes", str(spec.nodes), "--procs-per-node", str(spec.procs_per_node),
-            "--timeout", str(spec.timeout_s), "--", *spec.entry,
+            "--timeout", str(spec.timeout_s), *(["--gpu-samples"] if spec.node_gpu_samples else []), "--",
+            *spec.entry,
         ]
         return [
             "srun", "--nodes", str(spec.nodes), "--ntasks-per-node", "1", "--job-name", run_id,
@@ -131,6 +133,7 @@ def node_side(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--procs-per-node", type=int, required=True)
     parser.add_argument("--timeout", type=float, required=True)
+    parser.add_argument("--gpu-samples", action="store_true", help="sample this node's GPUs into the run's directory")
     parser.add_argument("entry", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     entry = args.entry[1:] if args.entry[:1] == ["--"] else args.entry
@@ -140,7 +143,7 @@ def node_side(argv: Sequence[str] | None = None) -> None:
     os.environ[NODE_ENV] = str(node)
     command = agent_command(spec, node, f"{first_node_address()}:{args.port}", args.run_id)
     print(f"# node {node} of the step: {os.environ.get('SLURMD_NODENAME', '?')}\n$ {' '.join(command)}", flush=True)
-    os.execv(command[0], command)
+    become_agent(command, workdir=args.workdir, node=node, gpus=args.procs_per_node if args.gpu_samples else None)
 
 
 if __name__ == "__main__":

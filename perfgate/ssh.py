@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Sequence
 from perfgate.diagnose import LaunchFailed, diagnose_failure
 from perfgate.hardware import Hardware
 from perfgate.launch import (
-    NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, agent_command, free_port, kill_run, read_node_hardware,
+    NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, free_port, kill_run, node_agent_command, read_node_hardware,
     run_processes, wait_for_agents,
 )
 
@@ -43,7 +43,7 @@ class SshLauncher:
     def remote_agent(spec: LaunchSpec, node: int, endpoint: str, run_id: str) -> str:
         """In the run's directory, the agent with the run's environment; every argument quoted for the shell."""
         environment = [f"{name}={value}" for name, value in {**spec.env, RUN_ID_ENV: run_id, NODE_ENV: node}.items()]
-        agent = ["env", *environment, *agent_command(spec, node, endpoint, run_id)]
+        agent = ["env", *environment, *node_agent_command(spec, node, endpoint, run_id)]
         return f"cd {shlex.quote(str(spec.workdir))} && exec {shlex.join(agent)}"
 
     def node_hardware(self, nodes: int, env: Mapping[str, str]) -> list[Hardware]:

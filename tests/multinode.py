@@ -99,3 +99,40 @@ def run_workloads(launcher_args, into, env=None):
                str(into / "b"), "--hardware-class", "two-nodes", "--basetemp", str(into / "runs"),
                "-p", "no:cacheprovider", "-q", "-rs"]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+FAKE_PYNVML = """
+'''A stand-in for nvidia-ml-py on a machine without NVIDIA's driver: one GPU that is 80 % busy.'''
+from types import SimpleNamespace
+class NVMLError(Exception):
+    pass
+NVML_CLOCK_SM = 1
+nvmlClocksEventReasonSwPowerCap = 4
+def nvmlInit(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlDeviceGetHandleByIndex(index): return index
+def nvmlDeviceGetUtilizationRates(handle): return SimpleNamespace(gpu=80)
+def nvmlDeviceGetMemoryInfo(handle): return SimpleNamespace(used=2**30, total=2**34)
+def nvmlDeviceGetPowerUsage(handle): return 300000
+def nvmlDeviceGetClockInfo(handle, clock): return 1500
+def nvmlDeviceGetCurrentClocksEventReasons(handle): return 0
+"""
+
+
+def launch_sampling_node_gpus(launcher, into, nodes=2):
+    """One launch of a 2-second sleeper with LaunchSpec.node_gpu_samples, each node's NVML the fake one; returns the
+    run's directory."""
+    fake = into / "fake-nvml"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(FAKE_PYNVML)
+    sleeper = into / "sleeper.py"
+    sleeper.write_text("import time\ntime.sleep(2)\n")
+    from perfgate.launch import LaunchSpec
+    from perfgate.plan import import_env
+
+    env = import_env(REPO)
+    env["PYTHONPATH"] = f"{fake}:{env['PYTHONPATH']}"
+    spec = LaunchSpec(entry=(str(sleeper),), workdir=into / "run", nodes=nodes, timeout_s=120, env=env,
+                      node_gpu_samples=True)
+    launcher.launch(spec)
+    return spec.workdir

@@ -14,7 +14,7 @@ import pytest
 
 import slurm_cluster
 from conftest import leftover_processes
-from multinode import WORKLOAD_CASES, interrupt_mid_run, run_workloads, write_suite
+from multinode import WORKLOAD_CASES, interrupt_mid_run, launch_sampling_node_gpus, run_workloads, write_suite
 
 CLASS = "slurm-two-nodes"
 ARGS = ["--launcher", "slurm", "--nodes", "2", "--baseline-dir", "b", "--hardware-class", CLASS,
@@ -109,3 +109,16 @@ def test_every_workload_runs_on_two_slurm_nodes_with_their_own_temp_dirs(suite, 
     for tmpdir in cluster.tmpdirs.values():
         assert (tmpdir / "perfgate-unet3d-128-seed0" / "input.npy").is_file()
     assert cluster.jobs() == []
+
+
+def test_each_slurm_node_samples_its_own_gpus_into_the_run_directory(suite, cluster, tmp_path):
+    """NVML in the pytest process sees only its own host: each node's sampler (a fake NVML here) writes its file,
+    and is gone with the job step."""
+    from perfgate.gpu_monitor import read_node_samples
+    from perfgate.slurm import SlurmLauncher
+
+    run_dir = launch_sampling_node_gpus(SlurmLauncher(), tmp_path)
+    samples, problems = read_node_samples(run_dir, 2)
+    assert problems == []
+    assert {s.gpu for s in samples} == {"node0:0", "node1:0"} and all(s.utilization == 0.8 for s in samples)
+    assert leftover_processes(str(tmp_path)) == [] and cluster.jobs() == []

@@ -9,7 +9,7 @@ import pytest
 
 import ssh_server
 from conftest import leftover_processes
-from multinode import WORKLOAD_CASES, interrupt_mid_run, run_workloads, write_suite
+from multinode import WORKLOAD_CASES, interrupt_mid_run, launch_sampling_node_gpus, run_workloads, write_suite
 
 CLASS = "ssh-two-hosts"
 
@@ -95,4 +95,17 @@ def test_every_workload_runs_on_two_hosts_with_their_own_temp_dirs(server, tmp_p
     assert f"{len(WORKLOAD_CASES)} passed" in session.stdout
     for tmpdir in server.tmpdirs.values():
         assert (tmpdir / "perfgate-unet3d-128-seed0" / "input.npy").is_file()
+    assert leftover_processes(str(tmp_path)) == []
+
+
+def test_each_host_samples_its_own_gpus_into_the_run_directory(server, tmp_path):
+    """NVML in the pytest process sees only its own host: each node's sampler (a fake NVML here) writes its file,
+    and is gone with the run."""
+    from perfgate.gpu_monitor import read_node_samples
+    from perfgate.ssh import SshLauncher
+
+    run_dir = launch_sampling_node_gpus(SshLauncher(ssh_server.HOSTS, server.client_args.split()), tmp_path)
+    samples, problems = read_node_samples(run_dir, 2)
+    assert problems == []
+    assert {s.gpu for s in samples} == {"node0:0", "node1:0"} and all(s.utilization == 0.8 for s in samples)
     assert leftover_processes(str(tmp_path)) == []
