@@ -40,6 +40,20 @@ fastest half of the steps -11 %..+8 %, the fastest step -8 %..+7 %, and only the
 10 % slowdown apart from them. A regression confined to a few steps is left to the GPU flavour."""
 
 
+class Follower:
+    """The step records a run has added since the last call, for live progress; ``finished`` once its end record
+    has been seen (a source without one never finishes, and its teardown is then bounded by the timeout only)."""
+
+    def __init__(self, read_new: Callable[[], tuple[list[StepRecord], bool]]) -> None:
+        self._read_new = read_new
+        self.finished = False
+
+    def __call__(self) -> list[StepRecord]:
+        steps, finished = self._read_new()
+        self.finished = self.finished or finished
+        return steps
+
+
 class RecordSource(Protocol):
     """Where a workload leaves its step records, and how to read them (whole, or as they grow)."""
 
@@ -47,7 +61,7 @@ class RecordSource(Protocol):
 
     def read(self, workdir: Path) -> RunRecords: ...
 
-    def follow(self, workdir: Path) -> Callable[[], list[StepRecord]]: ...
+    def follow(self, workdir: Path) -> Follower: ...
 
 
 @dataclass(frozen=True)
@@ -62,9 +76,14 @@ class JsonRecords:
     def read(self, workdir: Path) -> RunRecords:
         return read_records(workdir / self.filename)
 
-    def follow(self, workdir: Path) -> Callable[[], list[StepRecord]]:
+    def follow(self, workdir: Path) -> Follower:
         tail = RecordsTail(workdir / self.filename)
-        return lambda: [step_from_dict(obj) for obj in tail.new_records() if obj["kind"] == "step"]
+
+        def read_new() -> tuple[list[StepRecord], bool]:
+            new = tail.new_records()
+            return [step_from_dict(obj) for obj in new if obj["kind"] == "step"], any(o["kind"] == "end" for o in new)
+
+        return Follower(read_new)
 
 
 @dataclass(frozen=True)
@@ -79,19 +98,19 @@ class OpenClipLog:
     def read(self, workdir: Path) -> RunRecords:
         return openclip_log.records_from_log(openclip_log.read_log(workdir / self.relpath))
 
-    def follow(self, workdir: Path) -> Callable[[], list[StepRecord]]:
+    def follow(self, workdir: Path) -> Follower:
         path = workdir / self.relpath
         seen = [0]
 
-        def new_steps() -> list[StepRecord]:
+        def new_steps() -> tuple[list[StepRecord], bool]:
             if not path.exists():
-                return []
+                return [], False
             steps = openclip_log.records_from_log(openclip_log.parse_lines(path.read_text(errors="replace").splitlines()))
             fresh = list(steps.steps[seen[0]:])
             seen[0] = len(steps.steps)
-            return fresh
+            return fresh, False
 
-        return new_steps
+        return Follower(new_steps)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ RENDEZVOUS_ERROR = re.compile(r"Rendezvous\w*(Error|Timeout)|EADDRINUSE|[Aa]ddre
 PEER_FAILED = re.compile(r"Connection (closed|reset) by peer|remote worker crash|NCCL communicator was aborted|"
                          r"Broken pipe")
 """A rank that failed because another one did (its collective lost the peer): a consequence, not the cause."""
+NCCL_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout")
+"""ProcessGroupNCCL's watchdog aborting a collective that did not finish within the group's timeout: a hang."""
 USAGE_ERROR = re.compile(r"^[\w.-]+: error: ", re.M)
 """argparse's last line when a workload rejects its arguments: ``unet3d_train.py: error: ...``."""
 
@@ -35,6 +37,17 @@ class LaunchFailed(Exception):
         self.log_path = log_path
         self.commands: tuple[tuple[str, ...], ...] = ()
         """The agents' command lines, as LaunchResult has them (empty if none started)."""
+
+
+def teardown_hung(spec: LaunchSpec, logs: Sequence[Path]) -> LaunchFailed:
+    """The run wrote its end record (its measurement is complete) and then did not exit: a hung teardown."""
+    return LaunchFailed(
+        "timeout",
+        f"a rank did not exit within {spec.teardown_s:g} s of the run's end record (a hung teardown: NCCL's destroy, "
+        f"a loader worker, a collective left pending); killed every process of the run "
+        f"(--perf-teardown-timeout sets the bound). Agent log: {logs[0]}",
+        logs[0],
+    )
 
 
 def timed_out(spec: LaunchSpec, logs: Sequence[Path]) -> LaunchFailed:
@@ -85,7 +98,10 @@ def rank_log(workdir: Path, node: int, local_rank: int) -> Path | None:
 
 
 def failure_kind(rank_log_tail: str) -> str:
-    """What a failed rank's own last lines say: out of memory, a rejected setting, or another crash."""
+    """What a failed rank's own last lines say: out of memory, a collective that hung (the NCCL watchdog ends
+    those), a rejected setting, or another crash."""
+    if NCCL_WATCHDOG.search(rank_log_tail):
+        return "timeout"
     if OUT_OF_MEMORY.search(rank_log_tail):
         return "out-of-memory"
     if USAGE_ERROR.search(rank_log_tail):
@@ -114,9 +130,11 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
     if failed_ranks:
         causes = [failed for failed in failed_ranks if not PEER_FAILED.search(failed[-1])] or failed_ranks
         rank, node, local_rank, code, path, last_lines = causes[0]
+        kind = failure_kind(last_lines)
+        hung = "a collective hung and the NCCL watchdog ended it: " if NCCL_WATCHDOG.search(last_lines) else ""
         return LaunchFailed(
-            failure_kind(last_lines),
-            f"rank {rank} ({where(node)}, local rank {local_rank}) failed: {exit_description(code)}.\n"
+            kind,
+            f"{hung}rank {rank} ({where(node)}, local rank {local_rank}) failed: {exit_description(code)}.\n"
             f"Last lines of {path}:\n{last_lines}",
             path,
         )

@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import psutil
 
-from perfgate.diagnose import LOG_TAIL_LINES, LaunchFailed, diagnose_failure, timed_out
+from perfgate.diagnose import LOG_TAIL_LINES, LaunchFailed, diagnose_failure, teardown_hung, timed_out
 from perfgate.hardware import Hardware, detect
 
 RUN_ID_ENV = "PERFGATE_RUN_ID"
@@ -34,6 +34,10 @@ GROUP_RANK is the order the nodes joined the rendezvous in, which can differ."""
 PEER_GRACE_S = 10.0
 KILL_GRACE_S = 5.0
 POLL_S = 0.5
+
+Poll = Callable[[float], "bool | None"]
+"""Called every POLL_S with the seconds since the launch began; returns True once the run's work is done (its end
+record written), which starts the teardown clock (LaunchSpec.teardown_s)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class LaunchSpec:
     """CUDA_VISIBLE_DEVICES for each agent; None leaves the environment's visibility alone."""
     ports: range | None = None
     """Where to pick the rendezvous port (see port_share); None: any free port."""
+    teardown_s: float = 60.0
+    """How long the processes may take to exit once the run reports its work done (see wait_for_agents)."""
     node_gpu_samples: bool = False
     """Each node samples its own GPUs into the run's directory (gpu_monitor.NODE_SAMPLES): remote launchers'
     GPU cases, whose GPUs the pytest process cannot see."""
@@ -126,7 +132,7 @@ def node_agent_command(spec: LaunchSpec, node: int, endpoint: str, run_id: str) 
             "--gpus", str(spec.procs_per_node), "--", *agent]
 
 
-def launch(spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:
+def launch(spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
     """Runs all agents to completion; raises LaunchFailed on a failed rank, a hang, or a bad start."""
     spec.workdir.mkdir(parents=True, exist_ok=True)
     run_id = f"perfgate-{uuid.uuid4().hex[:12]}"
@@ -170,7 +176,7 @@ class NodeLauncher(Protocol):
     """How a case's nodes are started: every agent of one run, waited for to the end; raises LaunchFailed
     on a failed rank, a hang or a bad start, with no process of the run left behind."""
 
-    def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult: ...
+    def launch(self, spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult: ...
 
     def node_hardware(self, nodes: int, env: Mapping[str, str]) -> list[Hardware]:
         """What each of ``nodes`` nodes offers (``python -m perfgate.hardware`` there); LaunchFailed if unreadable."""
@@ -179,7 +185,7 @@ class NodeLauncher(Protocol):
 class LocalLauncher:
     """Every node's torchrun agent on this host (``--nodes 2`` rehearses two nodes on one machine)."""
 
-    def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:
+    def launch(self, spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
         return launch(spec, on_poll)
 
     def node_hardware(self, nodes: int, env: Mapping[str, str]) -> list[Hardware]:
@@ -207,10 +213,11 @@ def read_node_hardware(command: Sequence[str], env: Mapping[str, str], what: str
 
 
 def wait_for_agents(agents: Sequence[subprocess.Popen], spec: LaunchSpec, start: float,
-                    on_poll: Callable[[float], None] | None, logs: Sequence[Path]) -> None:
+                    on_poll: Poll | None, logs: Sequence[Path]) -> None:
     """Returns once every agent exited, or PEER_GRACE_S after the first failed (its peers may hang in a
-    collective); raises LaunchFailed at the timeout."""
-    first_failure = None
+    collective); raises LaunchFailed at the timeout, or ``spec.teardown_s`` after ``on_poll`` said the run's work
+    was done (a teardown that hangs, as NCCL's destroy can, would otherwise cost the whole timeout)."""
+    first_failure = work_done = None
     while True:
         codes = [agent.poll() for agent in agents]
         now = time.monotonic()
@@ -222,8 +229,10 @@ def wait_for_agents(agents: Sequence[subprocess.Popen], spec: LaunchSpec, start:
             return
         if now - start > spec.timeout_s:
             raise timed_out(spec, logs)
-        if on_poll is not None:
-            on_poll(now - start)
+        if work_done is not None and now - work_done > spec.teardown_s:
+            raise teardown_hung(spec, logs)
+        if on_poll is not None and on_poll(now - start) and work_done is None:
+            work_done = now
         time.sleep(POLL_S)
 
 

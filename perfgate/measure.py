@@ -130,13 +130,14 @@ class Measurer:
         follow = plan.run.case.records.follow(run_dir)
         window = Window(plan.warmup)
 
-        def show_progress(elapsed: float) -> None:
+        def show_progress(elapsed: float) -> bool:
             try:
                 new_steps = follow()
             except RecordsError:
                 new_steps = []
             window.saw(len(new_steps))
             progress.update(new_steps, elapsed)
+            return follow.finished
 
         launched_at = time.time()
         try:
@@ -175,6 +176,8 @@ class Measurer:
             "step_times_s": [s.step_s for s in records.steps],
             "data_times_s": [s.data_s for s in records.steps],
             "time_s": metrics.time_accounting(records, plan.warmup, launched_at, finished_at),
+            "facts": {kind: {k: v for k, v in (facts or {}).items() if k != "t"}
+                      for kind, facts in (("start", records.start), ("end", records.end))},
         }
         samples, problems = self._gpu_samples(monitor, run_dir)
         if samples is not None:

@@ -78,6 +78,7 @@ def plan(run: CaseRun, settings: Settings, node_hardware: Sequence[hardware.Hard
         nodes=nodes,
         procs_per_node=per_node,
         timeout_s=settings.timeout or flavour.timeout_s,
+        teardown_s=settings.teardown_timeout,
         env=child_env(run.kind, root),
         devices_per_node=devices,
         ports=port_share(*xdist_worker()),

@@ -127,6 +127,10 @@ OPTIONS = (
            "case's own count", whole(0), None, "N"),
     Option("--perf-timeout", "timeout", "kill a case (its whole process tree) after this many seconds instead of "
            "the case's own timeout", seconds, None, "SECONDS"),
+    Option("--perf-teardown-timeout", "teardown_timeout", "once a run has written its end record (its measurement "
+           "is complete), give its processes this many seconds to exit, then kill them and keep the measurement with a "
+           "warning (default: 60; one hung NCCL teardown would otherwise cost the whole --perf-timeout)", seconds, 60.0,
+           "SECONDS"),
     Option("--strict-baselines", "strict_baselines", "fail a case that has no baseline for this hardware class "
            "(default: skip it with instructions to create one)"),
     Option("--perf-repeats", "repeats", "launch every case K times (whole torchrun launches) and judge the "
@@ -192,6 +196,7 @@ class Settings:
     steps: int | None = None
     warmup: int | None = None
     timeout: float | None = None
+    teardown_timeout: float = 60.0
     strict_baselines: bool = False
     repeats: int = 3
     baseline_repeats: int = 7

@@ -18,13 +18,13 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from perfgate.diagnose import LaunchFailed, diagnose_failure
 from perfgate.hardware import Hardware
 from perfgate.node_agent import become_agent
 from perfgate.launch import (
-    NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, agent_command, free_port, kill_run, read_node_hardware,
+    NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll, agent_command, free_port, kill_run, read_node_hardware,
     wait_for_agents,
 )
 
@@ -57,7 +57,7 @@ class SlurmLauncher:
                    "--label", *self.extra_args, sys.executable, "-m", "perfgate.hardware"]
         return read_node_hardware(command, env, f"the {nodes} SLURM node(s)")
 
-    def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:
+    def launch(self, spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         run_id = f"perfgate-{uuid.uuid4().hex[:12]}"
         command = self.command(spec, run_id, free_port(spec.ports))

@@ -17,12 +17,12 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from perfgate.diagnose import LaunchFailed, diagnose_failure
 from perfgate.hardware import Hardware
 from perfgate.launch import (
-    NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, free_port, kill_run, node_agent_command, read_node_hardware,
+    NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll, free_port, kill_run, node_agent_command, read_node_hardware,
     run_processes, wait_for_agents,
 )
 
@@ -56,7 +56,7 @@ class SshLauncher:
             found.append(dataclasses.replace(node, host=host))
         return found
 
-    def launch(self, spec: LaunchSpec, on_poll: Callable[[float], None] | None = None) -> LaunchResult:
+    def launch(self, spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
         if spec.nodes > len(self.hosts):
             raise LaunchFailed("setup-error", f"--nodes {spec.nodes} needs as many --hosts, got {len(self.hosts)}: "
                                               f"{','.join(self.hosts)}")

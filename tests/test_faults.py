@@ -1,7 +1,7 @@
 """Fault injection: each deliberate failure ends as its own class in the verdict, fast, with no process
 left behind and no baseline touched (a small 3D U-Net case on 2 gloo ranks, synthetic data).
 
-Scenarios: crash, SIGKILL, hang, OOM, NaN loss, a crash in teardown after the run finished, bad option,
+Scenarios: crash, SIGKILL, hang, OOM, NaN loss, a crash and a hang in teardown after the run finished, bad option,
 missing apex, corrupt baseline, baseline of another workload version, nothing left to measure, a crash under
 --update-baselines, Ctrl-C, SIGTERM, --nodes larger than the host (and, in test_launch.py, a rendezvous that
 cannot start).
@@ -24,7 +24,7 @@ from perfgate.cases import Case, Flavour, parametrize
 
 SMALL = {{"device": "cpu", "base-channels": 2, "batch-size": 1, "loader": "synthetic", "workers": 0}}
 FAULTS = {{"crash": "crash@1:2", "kill": "kill@1:2", "hang": "hang@1:2", "oom": "oom@0:2", "nan": "nan@0:2",
-           "none": None, "corrupt": None, "old-version": None, "teardown": "crash@1:end"}}
+           "none": None, "corrupt": None, "old-version": None, "teardown": "crash@1:end", "teardown-hang": "hang@1:end"}}
 CASES = [Case("unet3d", name, ({str(WORKLOAD)!r},),
               cpu=Flavour({{**SMALL, "inject-fault": fault}}, steps=6, warmup=1, tolerance=0.5, timeout_s=45))
          for name, fault in FAULTS.items()]
@@ -80,7 +80,7 @@ def outcome(suite_dir):
 
     Two xdist workers, so that the hang's 45 s timeout overlaps the other scenarios: none of them is timed."""
     before = baseline_files(suite_dir)
-    done = subprocess.run(pytest_args(suite_dir, "-k", "not slow", "-n", "2"), cwd=suite_dir, capture_output=True,
+    done = subprocess.run(pytest_args(suite_dir, "-k", "not slow", "-n", "2", "--perf-teardown-timeout", "5"), cwd=suite_dir, capture_output=True,
                           text=True, timeout=600)
     return done.stdout + done.stderr, results_of(suite_dir / "tmp"), before
 
@@ -116,6 +116,20 @@ def test_a_rank_failing_in_teardown_keeps_the_finished_measurement_with_a_warnin
     assert "TeardownFailureWarning: unet3d-teardown-cpu: run 1 finished its steps and end record, then crashed" in output
 
 
+def test_a_rank_hanging_in_teardown_is_killed_soon_after_the_end_record_and_the_measurement_kept(outcome):
+    """Without a teardown bound each launch would wait out the case's 45 s timeout (one hung NCCL destroy costs
+    1800 s on a GPU case)."""
+    output, results, _ = outcome
+    result = results["unet3d-teardown-hang-cpu"]
+    assert result["verdict"] == "no-baseline", result.get("message")
+    assert result["measured"]["samples_per_second"] > 0
+    causes = {(failure["kind"], failure["cause"].split(" (")[0]) for failure in result["teardown_failures"]}
+    assert causes == {("timeout", "a rank did not exit within 5 s of the run's end record")}
+    assert all(run["time_s"]["teardown_s"] < 25 for run in result["per_run"])
+    assert "TeardownFailureWarning: unet3d-teardown-hang-cpu: run 1 finished its steps and end record, then timeout" \
+        in output
+
+
 def test_a_window_of_only_warmup_steps_is_refused_before_launching(outcome):
     output, results, _ = outcome
     assert "unet3d-all-warmup-cpu: 2 warm-up steps leave nothing to measure out of 2" in output
@@ -130,7 +144,7 @@ def test_a_healthy_case_still_runs_after_the_faults_and_no_baseline_changed(outc
     output, results, before = outcome
     assert results["unet3d-none-cpu"]["verdict"] == "no-baseline", results["unet3d-none-cpu"].get("message")
     assert baseline_files(suite_dir) == before
-    assert "10 failed" in output and "2 skipped" in output
+    assert "10 failed" in output and "3 skipped" in output
 
 
 def test_a_failed_case_never_becomes_a_baseline(outcome, suite_dir):

@@ -127,11 +127,18 @@ def test_leftover_detector_sees_a_stray_tagged_process(tmp_path):
         stray.wait()
 
 
+WATCHDOG = ("[rank1]:[E1124 06:01:02.123456 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=412, OpType=ALLREDUCE, NumelIn=25557032, NumelOut=25557032, Timeout(ms)=600000) "
+            "ran for 600012 milliseconds before timing out.")
+"""What ProcessGroupNCCL's watchdog prints before it aborts a rank whose collective never finished."""
+
+
 @pytest.mark.parametrize("last_lines, kind", [
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out-of-memory"),
     ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] Cannot allocate memory", "out-of-memory"),
     ("usage: unet3d_train.py [-h]\nunet3d_train.py: error: --base-channels must be >= 1, got 0", "setup-error"),
     ("ValueError: something else broke", "crashed"),
+    (WATCHDOG, "timeout"),
 ])
 def test_a_failed_ranks_last_lines_classify_the_failure(last_lines, kind):
     from perfgate.diagnose import failure_kind
@@ -157,18 +164,49 @@ def test_a_rank_that_lost_its_peer_is_not_blamed_for_the_crash_that_caused_it(tm
     node 0 comes first."""
     from perfgate.diagnose import diagnose_failure
 
-    tails = {0: "RuntimeError: [gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:23938.",
-             1: "RuntimeError: planted crash on node 1"}
-    logs = []
-    for node, (rank, last_line) in enumerate([(0, tails[0]), (1, tails[1])]):
-        rank_dir = tmp_path / f"node{node}" / "run_x" / "attempt_0" / "0"
-        rank_dir.mkdir(parents=True)
-        (rank_dir / "stderr.log").write_text(f"Traceback (most recent call last):\n{last_line}\n")
-        logs.append(tmp_path / f"agent{node}.log")
-        logs[-1].write_text(f"Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-23_05:20:33\n"
-                            f"  rank      : {rank} (local_rank: 0)\n  exitcode  : 1 (pid: 9)\n")
+    logs = rank_logs(tmp_path, ["RuntimeError: [gloo/transport/tcp/pair.cc:561] Connection closed by peer "
+                                "[127.0.0.1]:23938.", "RuntimeError: planted crash on node 1"], code=1)
     spec = LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=2)
     failure = diagnose_failure(spec, [1, 1], logs, node_names=["h1", "h2"])
     assert (failure.kind, failure.message.splitlines()[0]) == ("crashed", "rank 1 (node 1 (h2), local rank 0) failed: "
                                                                           "exit code 1.")
     assert diagnose_failure(spec, [1, 0], logs).message.startswith("rank 0 (node 0, local rank 0) failed")
+
+
+def rank_logs(tmp_path, tails, code=-6):
+    """Agent and rank logs as torchrun leaves them when node N's only rank, rank N, failed with the Nth last line
+    and exit code ``code``."""
+    logs = []
+    for node, last_line in enumerate(tails):
+        rank_dir = tmp_path / f"node{node}" / "run_x" / "attempt_0" / "0"
+        rank_dir.mkdir(parents=True)
+        (rank_dir / "stderr.log").write_text(f"Traceback (most recent call last):\n{last_line}\n")
+        logs.append(tmp_path / f"agent{node}.log")
+        logs[-1].write_text(f"Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-23_05:20:33\n"
+                            f"  rank      : {node} (local_rank: 0)\n  exitcode  : {code} (pid: 9)\n")
+    return logs
+
+
+def test_the_nccl_watchdog_ending_a_collective_is_a_hang_not_a_crash(tmp_path):
+    from perfgate.diagnose import diagnose_failure
+
+    spec = LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=1)
+    failure = diagnose_failure(spec, [1], rank_logs(tmp_path, [WATCHDOG]))
+    assert failure.kind == "timeout"
+    assert failure.message.splitlines()[0] == ("a collective hung and the NCCL watchdog ended it: rank 0 (node 0, "
+                                               "local rank 0) failed: killed by signal SIGABRT.")
+
+
+def test_a_run_that_hangs_after_its_work_is_done_is_killed_after_the_teardown_bound(tmp_path, no_leftovers):
+    """on_poll says when the run's work is done (the plugin: its end record was seen); a teardown that hangs then
+    costs teardown_s, not the whole timeout."""
+    done = tmp_path / "done"
+    script = tmp_path / "hang_at_exit.py"
+    script.write_text(f"import pathlib, time\npathlib.Path({str(done)!r}).touch()\ntime.sleep(3600)\n")
+    started = time.monotonic()
+    with pytest.raises(LaunchFailed) as failure:
+        launch(LaunchSpec(entry=[str(script)], workdir=tmp_path / "run", timeout_s=120, teardown_s=2),
+               on_poll=lambda elapsed: done.exists())
+    assert failure.value.kind == "timeout"
+    assert failure.value.message.startswith("a rank did not exit within 2 s of the run's end record")
+    assert time.monotonic() - started < 2 + 2 * KILL_GRACE_S + 10

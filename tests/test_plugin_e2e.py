@@ -236,6 +236,8 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
     result = json.loads(newest.read_text())
     assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (1.0, "FAIL", 3)
     assert len(result["per_run"][0]["step_times_s"]) == 12
+    assert result["per_run"][0]["facts"]["start"]["cudnn_benchmark"] is True
+    assert result["per_run"][0]["facts"]["end"]["cudagraph_skips"] == 0
     first, *later = result["per_run"]
     assert all(run["metrics"]["flops_per_sample"] == first["metrics"]["flops_per_sample"] > 0 for run in later)
     assert all(run["time_s"]["window_s"] > 0 and run["time_s"]["startup_s"] > 0 and run["time_s"]["teardown_s"] >= 0

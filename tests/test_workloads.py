@@ -46,6 +46,7 @@ def assert_trained(records, steps):
     assert records.flops["flops_per_sample"] > 0
     assert records.phases["io"]["samples_per_second"] > 0 and records.phases["synthetic"]["samples_per_second"] > 0
     assert records.start["world_size"] == 2 and records.end["steps_run"] == steps
+    assert records.start["cudnn_benchmark"] is True and records.end["cudagraph_skips"] == 0
 
 
 def test_resnet50_trains_on_two_gloo_ranks(tmp_path, no_leftovers):
@@ -162,3 +163,24 @@ def test_dali_cpu_image_pipeline_gives_normalized_random_crops(unet3d):
     assert labels.shape == (4,) and labels.dtype == torch.int64 and ((0 <= labels) & (labels < 1000)).all()
     assert abs(float(images.mean())) < 0.2 and 0.4 < float(images.std()) < 1.2  # resizing smooths a little
     assert not torch.equal(images, more)
+
+
+def test_a_cuda_graphs_run_whose_graphs_inductor_skipped_fails_saying_why(monkeypatch):
+    """A stub for inductor's counter (CUDA graphs need a GPU): DDP with BatchNorm can make inductor skip its graphs
+    silently (pytorch issue 139207), and the run would measure plain torch.compile."""
+    sys.path.insert(0, str(WORKLOADS))
+    try:
+        import train_common
+        from torch._dynamo.utils import counters
+        from perfgate.diagnose import failure_kind
+
+        monkeypatch.setitem(counters["inductor"], "cudagraph_skips", 2)
+        assert train_common.cudagraph_skips() == 2
+        train_common.check_cuda_graphs(False, 2)
+        with pytest.raises(SystemExit) as stopped:
+            train_common.check_cuda_graphs(True, train_common.cudagraph_skips())
+    finally:
+        sys.path.remove(str(WORKLOADS))
+    message = str(stopped.value.code)
+    assert "--cuda-graphs: inductor skipped CUDA graphs 2 time(s)" in message and "measured torch.compile" in message
+    assert failure_kind(message) == "setup-error"

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     env = common.init_distributed(args.device)
     device = env.device
     torch.manual_seed(args.seed + env.rank)
-    common.set_math_mode(args.precision)
+    common.set_math_mode(args.precision, args.cudnn_benchmark)
 
     model_precision = "fp32" if args.precision == "tf32" else args.precision
     model, preprocess_train, _ = open_clip.create_model_and_transforms(

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     args = parse_args(argv)
     env = common.init_distributed(args.device)
     torch.manual_seed(args.seed + env.rank)
-    common.set_math_mode(args.precision)
+    common.set_math_mode(args.precision, args.cudnn_benchmark)
 
     model = torchvision.models.resnet50(weights=None, num_classes=CLASSES).to(env.device)
     if args.channels_last:

@@ -63,6 +63,12 @@ def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: 
         "--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
         help="capture the model in CUDA graphs (torch.compile mode 'reduce-overhead'; GPU only)",
     )
+    parser.add_argument(
+        "--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,
+        help="let cuDNN time the convolution algorithms for each new shape and keep the fastest "
+        "(torch.backends.cudnn.benchmark), as the reference recipes do: NVIDIA's ConvNets main.py, the SC21 U-Net's "
+        "train.py and open_clip_train's main set it",
+    )
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--records", type=Path, help="rank 0 appends JSON step records here")
@@ -181,8 +187,10 @@ def init_distributed(device_arg: str) -> Distributed:
     return Distributed(device, dist.get_rank(), local_rank, dist.get_world_size())
 
 
-def set_math_mode(precision: str) -> None:
-    """fp32 means fp32: TF32 tensor-core math only for ``tf32`` (torch enables it for cuDNN by default)."""
+def set_math_mode(precision: str, cudnn_benchmark: bool) -> None:
+    """fp32 means fp32: TF32 tensor-core math only for ``tf32`` (torch enables it for cuDNN by default).
+    cuDNN's autotuner as asked (``--cudnn-benchmark``): the published ResNet-50 and U-Net figures are with it on."""
+    torch.backends.cudnn.benchmark = cudnn_benchmark
     tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -267,6 +275,26 @@ def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
+
+
+def cudagraph_skips() -> int:
+    """How many times inductor fell back from CUDA graphs to plain compiled code in this process (its
+    ``cudagraph_skips`` counter; the reason goes to the rank's log: "skipping cudagraphs due to ...")."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
+def check_cuda_graphs(asked: bool, skips: int) -> None:
+    """Ends a ``--cuda-graphs`` run whose graphs inductor skipped: it measured plain torch.compile, not CUDA graphs
+    (DDP with BatchNorm buffers does it: "skipping cudagraphs due to mutated inputs", pytorch issue 139207)."""
+    if asked and skips:
+        sys.exit(f"{Path(sys.argv[0]).name}: error: --cuda-graphs: inductor skipped CUDA graphs {skips} time(s) and "
+                 "ran those graphs as plain compiled code, so this run measured torch.compile, not CUDA graphs; the "
+                 "reason is in this rank's log ('skipping cudagraphs due to ...'); drop --cuda-graphs for this "
+                 "configuration, or fix what inductor names (e.g. --no-sync-buffers for mutated BatchNorm buffers)")
 
 
 def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
@@ -397,7 +425,7 @@ class Trainer:
             "start", world_size=env.world_size, local_batch=args.batch_size, global_batch=self.global_batch,
             steps=args.steps, device=env.device.type,
             device_name=torch.cuda.get_device_name(env.device) if env.cuda else "cpu", torch=torch.__version__,
-            injected_slowdown=args.inject_slowdown, **facts,
+            injected_slowdown=args.inject_slowdown, cudnn_benchmark=torch.backends.cudnn.benchmark, **facts,
         )
 
     def count_flops(self, model: torch.nn.Module, step: Callable[[], torch.Tensor], samples: int) -> float | None:
@@ -426,6 +454,7 @@ class Trainer:
         self.recorder.write("probe", before=before, after=after)
         self.benchy(passes if input_pipeline else None, step_fn)
         self.close(steps_run, wall_s)
+        check_cuda_graphs(self.args.cuda_graphs, cudagraph_skips())
         if self.args.inject_fault is not None:
             self.args.inject_fault.strike_at_end(self.env.rank)
 
@@ -514,4 +543,5 @@ class Trainer:
         self.recorder.close(
             peak_memory_bytes=int(peak_all.item()), peak_memory_kind=kind, wall_s=wall_s, steps_run=steps_run,
             stopped_early=steps_run < self.args.steps, median_step_ci_halfwidth=self.adaptive.halfwidth,
+            cudagraph_skips=cudagraph_skips(),
         )

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     args = parse_args(argv)
     env = common.init_distributed(args.device)
     torch.manual_seed(args.seed)
-    common.set_math_mode(args.precision)
+    common.set_math_mode(args.precision, args.cudnn_benchmark)
 
     paths = prepare_volume(args, env)
 
