@@ -4,6 +4,10 @@ interleaved with unplanted launches, and the measured throughput set against 1 /
     python benchmarks/planted_slowdown.py                        # CPU: ResNet-50 synthetic, 2 gloo ranks
     python benchmarks/planted_slowdown.py --nproc 1 -- --device cuda --precision amp --batch-size 256 \\
         --image-size 224 --steps 120                             # one GPU, the NGC case (GPU 90 % busy)
+    python benchmarks/planted_slowdown.py --load training        # beside a second 2-rank training job
+
+``--load busy`` runs two busy processes beside every launch, ``--load training`` a second 2-rank training job (the
+tiny OpenCLIP): a shared CI runner's conditions, where a plant that hands its core away would be swallowed.
 
 Each round launches F = 0 and every planted size once, in a shuffled order, so a drift of the machine falls
 on all alike; a size's measured ratio is the median over rounds of its throughput over the same round's
@@ -14,6 +18,7 @@ window's throughput and for the fastest step's (the metric the CPU flavour gates
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -22,6 +27,9 @@ import tempfile
 from pathlib import Path
 
 from harness_overhead import CPU_ARGS, REPO, launch_records
+
+sys.path.insert(0, str(REPO / "tests"))
+from background_load import busy_processes, training_job  # noqa: E402
 
 from perfgate.launch import LaunchFailed
 from perfgate.metrics import compute
@@ -38,6 +46,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=5, help="steps before the measured window")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per launch")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--load", choices=("none", "busy", "training"), default="none",
+                        help="what runs beside the launches: nothing, two busy processes, or a second 2-rank training "
+                        "job (default %(default)s)")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "planted_slowdown.json")
     parser.add_argument("workload_args", nargs="*",
                         help=f"the workload's options (after --); default: {' '.join(CPU_ARGS)}")
@@ -45,7 +56,8 @@ def main() -> int:
 
     shuffle = random.Random(args.seed).shuffle
     ratios: dict[tuple[str, float], list[float]] = {(m, size): [] for m in METRICS for size in args.sizes}
-    with tempfile.TemporaryDirectory(prefix="perfgate-planted-") as scratch:
+    load = {"none": contextlib.nullcontext, "busy": busy_processes, "training": training_job}[args.load]
+    with tempfile.TemporaryDirectory(prefix="perfgate-planted-") as scratch, load():
         for round_ in range(args.rounds):
             order = [0.0, *args.sizes]
             shuffle(order)
@@ -71,7 +83,7 @@ def main() -> int:
               f"{100 * (measured - expected):+.1f} points | {len(got)} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"workload": str(args.workload), "workload_args": args.workload_args or CPU_ARGS,
-                                    "nproc": args.nproc, "rows": rows}, indent=2) + "\n")
+                                    "nproc": args.nproc, "load": args.load, "rows": rows}, indent=2) + "\n")
     return 0
 
 

@@ -26,6 +26,28 @@ class StaleBaselineWarning(UserWarning):
     """A case ran significantly faster than its baseline allows: re-measure and review the baseline."""
 
 
+class PlantNotTakenWarning(UserWarning):
+    """A planted slowdown moved a gated metric by less than half of what it should: a gate proven with that plant
+    proves nothing."""
+
+
+PLANT_TAKEN = 0.5
+"""A plant has taken once a gated metric moved at least this share of the way it should."""
+
+
+def plant_check(fraction: float, verdicts: list[baselines.MetricVerdict],
+                planted_fractions: list[float]) -> list[dict[str, Any]]:
+    """Did each gated metric move as a planted slowdown of ``fraction`` should (a rate to 1 / (1 + F), a time by
+    +F)? ``planted_fractions``: what the runs applied (RunMetrics.planted_fraction)."""
+    rows = []
+    for verdict in verdicts:
+        expected = 1 / (1 + fraction) - 1 if verdict.better == "higher" else fraction
+        rows.append({"metric": verdict.metric, "planted": fraction, "expected_change": expected,
+                     "measured_change": verdict.change, "applied": stats.median(planted_fractions)
+                     if planted_fractions else None, "took": verdict.change / expected >= PLANT_TAKEN})
+    return rows
+
+
 class Reference(Protocol):
     """What a case is judged against."""
 
@@ -107,6 +129,7 @@ class Gate:
         result["metrics"] = [{**verdict_row(v, outcome), "run_values": current[v.metric],
                               "baseline_runs": list(baseline.metrics[v.metric].samples)}
                              for v, outcome in zip(verdicts, outcomes)]
+        self.check_plant(verdicts, measurement)
         planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
                    if self.settings.inject_slowdown else "")
         details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.get("calibration")))
@@ -125,6 +148,22 @@ class Gate:
             return result
         result["verdict"] = "pass"
         return result
+
+    def check_plant(self, verdicts: list[baselines.MetricVerdict], measurement: Measurement) -> None:
+        """Shows, in result.json and with a warning, a planted slowdown that did not slow what is gated."""
+        fraction = self.settings.inject_slowdown
+        if not fraction:
+            return
+        rows = plant_check(fraction, verdicts, measurement.values("planted_fraction"))
+        self.result["plant"] = rows
+        for row in rows:
+            if not row["took"]:
+                applied = "" if row["applied"] is None else f" (the runs applied {row['applied']:.1%})"
+                warnings.warn(PlantNotTakenWarning(
+                    f"{self.plan.run.key}: a planted slowdown of {fraction:.0%}{applied} should move {row['metric']} "
+                    f"by {row['expected_change']:+.1%}, but it moved {row['measured_change']:+.1%} against "
+                    f"{self.reference.where}: the plant did not take, or the machine got that much faster since "
+                    "(A/B in one job, --perf-against, answers drift); this verdict proves nothing about the gate"))
 
     def repeat_cap(self) -> int:
         """How many runs an inconclusive verdict may grow to."""

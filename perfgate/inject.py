@@ -3,18 +3,25 @@
 Every step is made longer by F times its natural duration, whatever bounds the loop. A training step
 has two timelines, the host's (Python, kernel launches, the input pipeline) and, on GPU, the device
 stream's; the step takes as long as the busier one. So the delay goes on both: the device stream
-spins for it (``torch.cuda._sleep``), then the host sleeps for it. A GPU-bound loop waits out the spin,
-a host-bound one the sleep, and the spin overlaps the sleep instead of adding to it. On an H100 a
-spin alone planted 3 % and measured +1.4 % in a loop whose GPU was 90 % busy: the spin filled gaps
+spins for it (``torch.cuda._sleep``), then the host spins for it. A GPU-bound loop waits out the device spin,
+a host-bound one the host's, and the two overlap instead of adding up. On an H100 a
+device spin alone planted 3 % and measured +1.4 % in a loop whose GPU was 90 % busy: the spin filled gaps
 the GPU idled through anyway.
+
+The host's delay is work, a busy loop, never a sleep: the plant models slower code, and slower code keeps
+costing time when the cores are shared. A sleeping process hands its core to the neighbours, and Linux's
+scheduler then credits it for the time it slept (CFS places a waking task ahead of the ones that kept
+running), so its next step runs with more of the core than an unplanted step had. Beside a second 2-rank
+training job on 2 cores a sleep that doubled every step measured -4 %; a busy loop has no such credit.
 
 On CPU a step's work is done when its Python calls return, so a step's natural duration is its own
 elapsed time on the host clock and each step is lengthened by F of itself: the fastest step, the median
 and the mean all move by F (planting F of a typical step instead moved a CPU case's fastest step, which
-the CPU flavour gates, by 2-3 F). On GPU the host runs ahead of the device, so the natural duration is the
+the CPU flavour gates, by 2-3 F). Every rank plants, each by its own step: the code is slower everywhere,
+not on one rank. On GPU the host runs ahead of the device, so the natural duration is the
 median of the last few resolved steps (never the first, which compiles) with what was planted in them
 taken out, so nothing waits for the device to find it and the plant does not compound. Only rank 0
-plants: the other ranks wait for it at the next gradient all-reduce, as they would for any slow rank.
+resolves its steps, so only rank 0 plants there: the others wait for it at the next gradient all-reduce.
 Imports torch only on GPU.
 """
 
@@ -74,26 +81,35 @@ class DeviceSpin:
                 self._cycles_per_s = 0.5 * self._cycles_per_s + 0.5 * cycles / seconds
 
 
+def busy_wait(seconds: float) -> None:
+    """Keeps this thread busy on its core for ``seconds`` of wall time, as slower code would."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+
+
 class SlowdownInjector:
-    """Plants ``fraction`` of each step's natural duration in that step; call ``pause`` once per step, after
-    the step's work is queued and before its end is marked."""
+    """Plants ``fraction`` of each step's natural duration in that step; call ``begin`` where the first step
+    starts, and ``pause`` once per step, after the step's work is queued and before its end is marked."""
 
     RECENT_STEPS = 5
     """How many resolved steps the natural step duration is the median of."""
 
     def __init__(self, fraction: float, device_type: str, step_times: Sequence[float], *,
-                 step_elapsed: Callable[[], float | None] | None = None,
-                 host_sleep: Callable[[float], None] = time.sleep,
-                 device_spin: Callable[[float], None] | None = None) -> None:
-        """``step_times``: the recorder's resolved step times, a list that grows as steps resolve (empty on
-        ranks that record nothing, which then plant nothing). ``step_elapsed``: host seconds since the step
-        began, used instead on CPU (None on ranks that record nothing)."""
+                 host_busy: Callable[[float], None] = busy_wait,
+                 device_spin: Callable[[float], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        """``step_times``: on GPU, the recorder's resolved step times, a list that grows as steps resolve (empty
+        on ranks that record nothing, which then plant nothing). On CPU each rank times its own steps on
+        ``clock``."""
         if fraction < 0:
             raise ValueError(f"slowdown fraction must be >= 0, got {fraction}")
         self.fraction = fraction
         self._step_times = step_times
-        self._step_elapsed = step_elapsed if device_type != "cuda" else None
-        self._host_sleep = host_sleep
+        self._cpu = device_type != "cuda"
+        self._clock = clock
+        self._step_began: float | None = None
+        self._host_busy = host_busy
         self._device_spin = device_spin
         if device_spin is None and device_type == "cuda" and fraction > 0:
             self._device_spin = DeviceSpin()
@@ -110,14 +126,24 @@ class SlowdownInjector:
         recent = range(max(1, resolved - self.RECENT_STEPS), resolved)
         return statistics.median(self._step_times[i] - self.planted[i] for i in recent)
 
-    def pause(self) -> None:
+    def begin(self) -> None:
+        """Marks where the first step begins (CPU: its natural duration is timed from here)."""
+        self._step_began = self._clock()
+
+    def pause(self) -> float:
+        """Plants this step's share; returns the seconds planted."""
         if self.fraction <= 0:
-            return
-        natural = self._step_elapsed() if self._step_elapsed is not None else self.natural_step_s()
+            return 0.0
+        if self._cpu:
+            natural = self._clock() - self._step_began if self._step_began is not None else None
+        else:
+            natural = self.natural_step_s()
         delay = self.fraction * natural if natural else 0.0
         self.planted.append(delay)
-        if delay <= 0:
-            return
-        if self._device_spin is not None:
-            self._device_spin(delay)
-        self._host_sleep(delay)
+        if delay > 0:
+            if self._device_spin is not None:
+                self._device_spin(delay)
+            self._host_busy(delay)
+        if self._cpu:
+            self._step_began = self._clock()
+        return delay

@@ -40,6 +40,9 @@ METRICS: dict[str, MetricInfo] = {
     "mfu": MetricInfo("fraction", "higher", "model FLOPs utilization against the GPUs' dense datasheet peak"),
     "probe_matmul_gflops": MetricInfo("GFLOP/s", "higher", "machine-speed probe: matmul rate of the slowest rank"),
     "probe_copy_gbps": MetricInfo("GB/s", "higher", "machine-speed probe: memory copy rate of the slowest rank"),
+    "planted_fraction": MetricInfo(
+        "fraction", "higher", "the planted slowdown as applied: seconds planted in the window over its other seconds "
+        "(--perf-inject-slowdown F plants F)"),
     "io_samples_per_second": MetricInfo("samples/s", "higher", "benchy IO: the input pipeline alone"),
     "synthetic_samples_per_second": MetricInfo("samples/s", "higher", "benchy SYNTHETIC: the step on a cached batch"),
 }
@@ -74,6 +77,7 @@ class RunMetrics:
     probe_copy_gbps: float | None = None
     io_samples_per_second: float | None = None
     synthetic_samples_per_second: float | None = None
+    planted_fraction: float | None = None
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -142,6 +146,7 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
     end = records.end or {}
     per_sample = (records.flops or {}).get("flops_per_sample")
     gpus = world if records.start.get("device") == "cuda" else 0
+    planted = [s.planted_s for s in window if s.planted_s is not None]
     return RunMetrics(
         samples_per_second=throughput,
         samples_per_second_per_rank=throughput / world,
@@ -163,6 +168,7 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         probe_copy_gbps=slowest_rank(records.probe, "copy_gbps"),
         io_samples_per_second=records.phases.get("io", {}).get("samples_per_second"),
         synthetic_samples_per_second=records.phases.get("synthetic", {}).get("samples_per_second"),
+        planted_fraction=sum(planted) / (window_s - sum(planted)) if planted and window_s > sum(planted) else None,
     )
 
 

@@ -33,6 +33,8 @@ class StepRecord:
     lr: float | None = None
     t: float | None = None
     """Wall-clock time (``time.time()``) when rank 0 wrote the record, once the step was done."""
+    planted_s: float | None = None
+    """Seconds of planted slowdown in this step (``--inject-slowdown``); None where nothing was planted."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ def step_from_dict(obj: dict[str, Any], source: str = "records") -> StepRecord:
             loss=None if obj.get("loss") is None else float(obj["loss"]),
             lr=None if obj.get("lr") is None else float(obj["lr"]),
             t=None if obj.get("t") is None else float(obj["t"]),
+            planted_s=None if obj.get("planted_s") is None else float(obj["planted_s"]),
         )
     except KeyError as exc:
         raise RecordsError(f"{source}: step record without field {exc.args[0]!r}: {obj}") from None
@@ -185,6 +188,7 @@ class _PendingStep:
     lr: float | None
     end_marker: Any
     scalars: Any
+    planted_s: float | None = None
 
 
 class StepRecorder:
@@ -239,19 +243,14 @@ class StepRecorder:
             self._last_end = self._clock.mark()
             self._data_started = time.perf_counter()
 
-    def host_step_elapsed(self) -> float | None:
-        """Seconds since the last step ended, on the host clock: the current step's own duration so far where a
-        step's work is done when its calls return (CPU); None on GPU or where nothing is recorded."""
-        if not self.active or self._cuda or self._pending:
-            return None
-        return self._clock.seconds(self._last_end, self._clock.mark())
-
     def data_ready(self) -> float:
         """Host seconds the step waited for its batch (the loader's exposed latency)."""
         return time.perf_counter() - self._data_started
 
-    def end_step(self, step: int, samples: int, data_s: float, lr: float | None, scalars: dict[str, Any]) -> None:
-        """Closes a step; ``scalars`` are 0-d tensors (loss, logit scale...) read once the step is done."""
+    def end_step(self, step: int, samples: int, data_s: float, lr: float | None, scalars: dict[str, Any],
+                 planted_s: float | None = None) -> None:
+        """Closes a step; ``scalars`` are 0-d tensors (loss, logit scale...) read once the step is done;
+        ``planted_s`` what a planted slowdown added to it."""
         if not self.active:
             return
         names = list(scalars)
@@ -261,7 +260,7 @@ class StepRecorder:
             host.copy_(stacked, non_blocking=True)
         else:
             host = stacked
-        self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host)))
+        self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host), planted_s))
         self._data_started = time.perf_counter()
         self._resolve(block=False)
 
@@ -287,8 +286,8 @@ class StepRecorder:
             if self._cuda:
                 self._spare_pinned.append(host)
             record = StepRecord(pending.step, pending.samples, step_s, pending.data_s, values.get("loss"), pending.lr,
-                                time.time())
-            self.write("step", **asdict(record))
+                                time.time(), pending.planted_s)
+            self.write("step", **{k: v for k, v in asdict(record).items() if k != "planted_s" or v is not None})
             if self._on_step is not None:
                 self._on_step(record, values)
 

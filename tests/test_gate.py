@@ -301,3 +301,27 @@ def test_ab_judges_pairs_so_drift_over_the_session_does_not_hide_a_slowdown(tmp_
     with pytest.raises(CaseFailed, match=r"significantly worse by 5.0% \(CI \+5.0%..\+5.0%\)"):
         gate.check()
     assert stats.decide(stats.compare_runs(reference[:2], candidate[:2]), "higher", 0.02).outcome != "FAIL"
+
+
+def test_a_planted_slowdown_that_did_not_slow_the_gated_metric_is_reported_not_averaged_in(tmp_path):
+    from perfgate.gate import PlantNotTakenWarning
+
+    plan = make_plan(tmp_path)
+    store(plan)
+    checker, measurer = gate(plan, [99.0, 100.0, 101.0], inject_slowdown=0.25)
+    with pytest.warns(PlantNotTakenWarning, match=r"a planted slowdown of 25% should move samples_per_second by "
+                                                  r"-20.0%, but it moved \+0.0%"):
+        checker.check()
+    assert [(row["metric"], row["took"]) for row in measurer.result["plant"]] == [(METRIC, False)]
+
+
+def test_a_planted_slowdown_that_took_is_recorded_and_fails_without_a_plant_warning(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan)
+    checker, measurer = gate(plan, [80.0, 80.5, 79.5], inject_slowdown=0.25)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(CaseFailed, match="PLANTED slowdown of 25%"):
+            checker.check()
+    row, = measurer.result["plant"]
+    assert row["took"] is True and row["measured_change"] == pytest.approx(-0.2)

@@ -412,8 +412,7 @@ class Trainer:
         self.args, self.env, self.global_batch = args, env, global_batch
         self.recorder = StepRecorder(args.records if env.rank == 0 else None, device_type=env.device.type,
                                      on_step=on_step)
-        self.injector = SlowdownInjector(args.inject_slowdown, env.device.type, self.recorder.step_times,
-                                         step_elapsed=self.recorder.host_step_elapsed)
+        self.injector = SlowdownInjector(args.inject_slowdown, env.device.type, self.recorder.step_times)
         self.adaptive = AdaptiveStop(args, self.recorder)
         self.lr: Callable[[], float | None] = lambda: None
         self.last_batch: Any = None
@@ -463,6 +462,7 @@ class Trainer:
         recorder, injector = self.recorder, self.injector
         done = 0
         recorder.begin()
+        injector.begin()
         for step in range(self.args.steps):
             try:
                 batch = next(batches)
@@ -472,8 +472,9 @@ class Trainer:
             if self.args.inject_fault is not None:
                 batch = self.args.inject_fault.strike(self.env.rank, step, batch)
             scalars = step_fn(step, batch)
-            injector.pause()
-            recorder.end_step(step, samples=self.global_batch, data_s=data_s, lr=self.lr(), scalars=scalars)
+            planted = injector.pause()
+            recorder.end_step(step, samples=self.global_batch, data_s=data_s, lr=self.lr(), scalars=scalars,
+                              planted_s=planted if injector.fraction else None)
             done = step + 1
             if self.adaptive.should_stop(done):
                 break

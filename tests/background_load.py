@@ -1,0 +1,68 @@
+"""Load beside a test or a benchmark, as a shared CI runner has it: busy processes, or a second training job.
+
+Each load is bounded in time (it ends itself after ``seconds`` even if its owner dies) and is stopped, with
+every process it started, when its ``with`` block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+BUSY = "import time\ndeadline = time.monotonic() + {seconds}\nwhile time.monotonic() < deadline:\n    pass\n"
+
+
+@contextlib.contextmanager
+def busy_processes(count: int = 2, seconds: float = 900) -> Iterator[list[subprocess.Popen]]:
+    """``count`` processes that each keep one core busy, as a neighbour's compile or test job does."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=seconds)], stdin=subprocess.DEVNULL)
+             for _ in range(count)]
+    try:
+        yield procs
+    finally:
+        _stop(procs)
+
+
+@contextlib.contextmanager
+def training_job(seconds: float = 900, ranks: int = 2) -> Iterator[subprocess.Popen]:
+    """A second DDP training job (the tiny OpenCLIP, ``ranks`` gloo ranks) that trains until ``seconds`` pass."""
+    with tempfile.TemporaryDirectory(prefix="perfgate-neighbour-") as scratch:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+                   str(REPO / "workloads" / "openclip_train.py"), "--model", "perfgate-ViT-tiny", "--device", "cpu",
+                   "--batch-size", "32", "--workers", "0", "--steps", "100000", "--no-count-flops"]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+        job = subprocess.Popen(["timeout", "--signal=TERM", "--kill-after=10", str(int(seconds)), *command],
+                               cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            yield job
+        finally:
+            _stop([job])
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Ends the processes and everything they started."""
+    victims = []
+    for proc in procs:
+        try:
+            root = psutil.Process(proc.pid)
+            victims += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    for victim in victims:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            victim.terminate()
+    _, alive = psutil.wait_procs(victims, timeout=10)
+    for victim in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            victim.kill()
+    for proc in procs:
+        proc.wait()
