@@ -7,6 +7,9 @@ import time
 
 import pytest
 
+from background_load import busy_processes
+from conftest import REPO
+
 SLEEPER = """
 import argparse, pathlib, time
 import torch
@@ -147,3 +150,27 @@ def test_unknown_revisions_dirty_trees_and_shallow_clones_are_usage_errors(repo,
     assert done.returncode == pytest.ExitCode.USAGE_ERROR
     assert "this is a shallow clone: git fetch --unshallow" in done.stderr
     assert run(repo, "--perf-against", "HEAD", "--update-baselines").ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_the_unchanged_build_passes_a_b_beside_two_busy_processes(pytester):
+    """A loaded CI runner: the real tiny OpenCLIP on 2 gloo ranks, A/B of HEAD against HEAD, while two processes keep
+    both cores busy; the pairs must not read the load as a regression."""
+    workload = REPO / "workloads" / "openclip_train.py"
+    pytester.makepyfile(test_suite=f"""
+from perfgate.cases import Case, Flavour, parametrize
+
+TINY = {{"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 16, "workers": 0}}
+CASES = [Case("openclip", "tiny", ({str(workload)!r},), cpu=Flavour(TINY, steps=12, warmup=2, timeout_s=240))]
+
+@parametrize(CASES)
+def test_case(perfgate, case):
+    perfgate.check(case)
+""")
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "add", ".")
+    git(pytester.path, "-c", "user.email=ci@example.com", "-c", "user.name=ci", "commit", "-qm", "suite")
+    with busy_processes(2, seconds=600):
+        result = pytester.runpytest_subprocess(*ARGS, "--perf-against", "HEAD", "--perf-ab-tolerance", "0.1",
+                                               timeout=600)
+    result.assert_outcomes(passed=1)
+    assert result_of(pytester, "tiny")["verdict"] == "pass"
