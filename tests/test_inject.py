@@ -140,7 +140,10 @@ def test_a_real_cpu_loop_runs_slower_by_the_planted_fraction(tmp_path, fraction)
 
 def test_on_cpu_each_step_is_lengthened_by_the_fraction_of_itself_so_the_fastest_step_moves_by_it_too(tmp_path):
     """The CPU flavour gates the fastest step. Steps of 40 and 120 ms alternate: planting 25 % of a typical step
-    (80 ms) would make the fastest 50 % slower; the plant must make it 25 % slower, as it does the mean."""
+    (80 ms) would make the fast ones 50 % slower; the plant must make them 25 % slower, as it does the mean. The
+    fast steps are compared by their mean, not by the single fastest: beside busy processes a plant that overran
+    its deadline is taken off the next one, and the single fastest step is then one with less than its share
+    (3.5 points in a loaded CI run)."""
     loss = {"loss": torch.zeros(())}
 
     def steps(planted: float) -> list[float]:
@@ -156,7 +159,7 @@ def test_on_cpu_each_step_is_lengthened_by_the_fraction_of_itself_so_the_fastest
         return recorder.step_times
 
     natural, planted = steps(0.0), steps(0.25)
-    assert min(natural) / min(planted) == pytest.approx(1 / 1.25, abs=0.03)
+    assert statistics.fmean(natural[1::2]) / statistics.fmean(planted[1::2]) == pytest.approx(1 / 1.25, abs=0.03)
     assert statistics.fmean(natural) / statistics.fmean(planted) == pytest.approx(1 / 1.25, abs=0.03)
 
 
