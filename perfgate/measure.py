@@ -255,7 +255,7 @@ class Measurer:
     def _gpu_samples(self, monitor: gpu_monitor.GpuMonitor | None,
                      run_dir: Path) -> tuple[list[gpu_monitor.Sample] | None, list[str]]:
         """This run's GPU samples (None where nothing sampled) and what could not be sampled."""
-        if self.plan.run.kind == "gpu" and self.plan.spec.node_gpu_samples:
+        if self.plan.spec.node_gpu_samples:
             return gpu_monitor.read_node_samples(run_dir, self.plan.spec.nodes)
         if monitor is None:
             return None, []
