@@ -1,6 +1,7 @@
 # make perf: the perf suite on this machine (CPU flavour without a GPU), reports in results/. make test: the harness's tests.
 # make baselines: measure and write this machine's baselines of the default cases, for review (nothing is committed).
 # make test-floor: the workload smoke tests and one gate case on the oldest supported torch (CI runs it too).
+# make docs: the documentation site (docs/, Sphinx + MyST) into docs/_build/html, warnings as errors (CI runs it too).
 # Each creates or reuses its virtual environment first; only python3 and make are needed.
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +11,7 @@ FLOOR_VENV ?= .venv-floor
 FLOOR_STAMP := $(FLOOR_VENV)/.perfgate-installed
 PYTEST_ARGS ?=
 
-.PHONY: perf baselines test test-floor venv deps clean
+.PHONY: perf baselines test test-floor docs venv deps clean
 
 venv: $(STAMP)
 
@@ -53,5 +54,13 @@ test: $(STAMP)
 test-floor: $(FLOOR_STAMP)
 	$(FLOOR_VENV)/bin/python -m pytest tests -m floor $(PYTEST_ARGS)
 
+# The options reference is generated from perfgate's own declarations, so the docs import perfgate.
+$(VENV)/.docs-installed: $(STAMP) requirements-docs.txt constraints-docs.txt
+	$(BIN)/python -m pip install --quiet -r requirements-docs.txt -c constraints-docs.txt
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	$(BIN)/python -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(FLOOR_VENV) .pytest_cache build *.egg-info docs/_build

@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfgate import stats  # noqa: E402
-from perfgate.metrics import METRICS  # noqa: E402
+from perfgate.measure import stats  # noqa: E402
+from perfgate.measure.metrics import METRICS  # noqa: E402
 
 
 def pair_log_ratios(result: dict, metric: str) -> list[float]:

@@ -32,7 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfgate import baselines  # noqa: E402
+from perfgate.config.cases import baseline_path  # noqa: E402
+from perfgate.judge import baselines  # noqa: E402
 
 
 def pytest_command(args: argparse.Namespace, baseline_dir: Path, *extra: str) -> list[str]:
@@ -136,7 +137,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="perfgate-power-") as scratch:
         baseline_dir = Path(scratch) / "baselines"
         if stored is not None:
-            baselines.write(baselines.baseline_path(baseline_dir, "detection-power", stored["case"]),
+            baselines.write(baseline_path(baseline_dir, "detection-power", stored["case"]),
                             baselines.parse(stored, "resumed baseline"))
         elif not args.against:
             stored = measure_baseline(args, baseline_dir)

@@ -24,9 +24,11 @@ from typing import Sequence
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfgate.launch import LaunchFailed, LaunchSpec, launch  # noqa: E402
-from perfgate.metrics import compute  # noqa: E402
-from perfgate.records import RunRecords, read_records  # noqa: E402
+from perfgate.launch.diagnose import LaunchFailed  # noqa: E402
+from perfgate.launch.local import launch  # noqa: E402
+from perfgate.launch.spec import LaunchSpec  # noqa: E402
+from perfgate.measure.metrics import compute  # noqa: E402
+from perfgate.records.steps import RunRecords, read_records  # noqa: E402
 
 CPU_ARGS = ["--device", "cpu", "--precision", "fp32", "--loader", "synthetic", "--workers", "0", "--image-size", "64",
             "--batch-size", "8", "--steps", "40"]

@@ -23,10 +23,12 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import slurm_cluster  # noqa: E402
 import ssh_server  # noqa: E402
-from perfgate.launch import LaunchSpec, LocalLauncher  # noqa: E402
-from perfgate.settings import arguments  # noqa: E402
-from perfgate.slurm import SlurmLauncher  # noqa: E402
-from perfgate.ssh import SshLauncher  # noqa: E402
+
+from perfgate.config.settings import arguments  # noqa: E402
+from perfgate.launch.local import LocalLauncher  # noqa: E402
+from perfgate.launch.slurm import SlurmLauncher  # noqa: E402
+from perfgate.launch.spec import LaunchSpec  # noqa: E402
+from perfgate.launch.ssh import SshLauncher  # noqa: E402
 
 
 def main() -> None:

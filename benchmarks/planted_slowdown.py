@@ -31,8 +31,8 @@ from harness_overhead import CPU_ARGS, REPO, launch_records
 sys.path.insert(0, str(REPO / "tests"))
 from background_load import busy_processes, training_job  # noqa: E402
 
-from perfgate.launch import LaunchFailed
-from perfgate.metrics import compute
+from perfgate.launch.diagnose import LaunchFailed
+from perfgate.measure.metrics import compute
 
 METRICS = ("samples_per_second", "fastest_step_samples_per_second")
 

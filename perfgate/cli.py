@@ -19,8 +19,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from perfgate import history, openclip_log
-from perfgate.report import table
+from perfgate.records import openclip_log
+from perfgate.report import history
+from perfgate.report.terminal import table
 
 LOG_FORMATS = ("open_clip",)
 

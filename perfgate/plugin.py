@@ -23,18 +23,21 @@ from typing import Any, Iterator
 
 import pytest
 
-from perfgate import gpu_monitor, hardware, known, report, revision
-from perfgate.ab import ABGate, RevisionReference
-from perfgate.benchmark_json import BenchmarkJson
-from perfgate.cases import CaseRun
-from perfgate.gate import Gate, StoredBaseline
-from perfgate.measure import Measurer
+from perfgate.config.cases import CaseRun
+from perfgate.config.settings import Settings, add_options, resolve
+from perfgate.judge import known, revision
+from perfgate.judge.ab import ABGate, RevisionReference
+from perfgate.judge.gate import Gate, StoredBaseline
+from perfgate.launch import hardware
+from perfgate.launch.diagnose import LaunchFailed
+from perfgate.launch.plan import Plan, import_env, node_launcher, plan
+from perfgate.launch.spec import NodeLauncher
+from perfgate.measure import gpu_monitor
+from perfgate.measure.measurer import Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.diagnose import LaunchFailed
-from perfgate.launch import NodeLauncher
-from perfgate.plan import Plan, import_env, node_launcher, plan
-from perfgate.report_dir import ReportDirectory
-from perfgate.settings import Settings, add_options, resolve
+from perfgate.report import terminal
+from perfgate.report.benchmark_json import BenchmarkJson
+from perfgate.report.directory import ReportDirectory
 
 MARKERS = {
     "gpu": "GPU flavour of a case: nccl, one rank per GPU; skipped where no CUDA GPU is visible",
@@ -107,7 +110,7 @@ class SessionState:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collects each case's result. The whole record travels to the controller in user_properties; once
-        there, it is taken out, so JUnit XML gets the flat perfgate.* properties (report.junit_properties)."""
+        there, it is taken out, so JUnit XML gets the flat perfgate.* properties (terminal.junit_properties)."""
         if report.when == "call":
             self.results.extend(value for name, value in report.user_properties if name == PROPERTY)
         if not self.worker:
@@ -120,7 +123,7 @@ class SessionState:
         if self.left_out.get("slow"):
             terminalreporter.write_line(f"perfgate: {self.left_out['slow']} slow case(s) deselected (hours each); "
                                         "--perf-slow runs them, --perf-steps N shortens them")
-        sinks: list[report.ResultSink] = [report.TerminalSummary(
+        sinks: list[terminal.ResultSink] = [terminal.TerminalSummary(
             terminalreporter.section, terminalreporter.write_line, os.environ.get(CREATE_BASELINES_ENV))]
         if self.settings.json_path and not self.worker:
             sinks.append(BenchmarkJson(self.settings.json_path, self._hardware_info()))
@@ -231,7 +234,7 @@ class PerfGate:
                     result["known"] = known.comparisons(result, settings.baseline_dir, state.published)
         finally:
             measurer.finish(settings.min_gpu_util)
-            self.request.node.user_properties.extend(report.junit_properties(result))
+            self.request.node.user_properties.extend(terminal.junit_properties(result))
 
     def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
         """Measures the reference revision's side of a case: its checkout's workloads and perfgate, no plant."""
@@ -275,7 +278,7 @@ def _as_pytest_outcome(result: dict[str, Any] | None) -> Iterator[None]:
         skip, fail = None, str(failed)
     if fail is None:
         if result is not None and result.get("known"):
-            skip += "\n" + "\n".join([report.KNOWN_HEADING, *known.describe(result["known"])])
+            skip += "\n" + "\n".join([terminal.KNOWN_HEADING, *known.describe(result["known"])])
         pytest.skip(skip)
     if result is not None:
         result["message"] = fail

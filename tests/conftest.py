@@ -5,7 +5,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfgate.launch import RUN_ID_ENV
+from perfgate.launch.spec import RUN_ID_ENV
 
 pytest_plugins = ("pytester",)
 

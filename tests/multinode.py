@@ -12,7 +12,7 @@ TOY_DDP = """
 import argparse, os, pathlib, time
 import torch
 import torch.distributed as dist
-from perfgate.records import StepRecorder
+from perfgate import StepRecorder
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int)
@@ -43,7 +43,7 @@ recorder.close(peak_memory_bytes=0)
 dist.destroy_process_group()
 """
 SUITE = """
-from perfgate.cases import Case, Flavour, parametrize
+from perfgate import Case, Flavour, parametrize
 
 TOY = {toy!r}
 CASES = [
@@ -127,8 +127,8 @@ def launch_sampling_node_gpus(launcher, into, nodes=2):
     (fake / "pynvml.py").write_text(FAKE_PYNVML)
     sleeper = into / "sleeper.py"
     sleeper.write_text("import time\ntime.sleep(2)\n")
-    from perfgate.launch import LaunchSpec
-    from perfgate.plan import import_env
+    from perfgate.launch.plan import import_env
+    from perfgate.launch.spec import LaunchSpec
 
     env = import_env(REPO)
     env["PYTHONPATH"] = f"{fake}:{env['PYTHONPATH']}"

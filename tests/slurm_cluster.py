@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from perfgate.launch import free_port
+from perfgate.launch.agents import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sinfo", "salloc", "scancel", "squeue", "scontrol")
 NODES = ("n1", "n2")

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from perfgate.launch import free_port
+from perfgate.launch.agents import free_port
 
 HOSTS = ("127.0.0.1", "127.0.0.2")
 

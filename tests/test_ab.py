@@ -6,14 +6,14 @@ import subprocess
 import time
 
 import pytest
-
 from background_load import busy_processes
+
 from conftest import REPO
 
 SLEEPER = """
 import argparse, pathlib, time
 import torch
-from perfgate.records import StepRecorder
+from perfgate import StepRecorder
 
 STEP_S = {step_s}
 parser = argparse.ArgumentParser()
@@ -31,7 +31,7 @@ for step in range(args.steps):
 recorder.close(peak_memory_bytes=0)
 """
 SUITE = """
-from perfgate.cases import Case, Flavour, parametrize
+from perfgate import Case, Flavour, parametrize
 
 FLAVOUR = Flavour({{}}, steps=8, warmup=2, tolerance=0.2, ranks_per_node=1, timeout_s=120)
 CASES = [Case("sleeper", "sleep", ("sleeper.py",), cpu=FLAVOUR)]
@@ -161,7 +161,7 @@ def test_the_unchanged_build_passes_a_b_beside_two_busy_processes(pytester):
     by it (a -13 % "regression" in one CI run under load) against 138.7-149.1 by the window."""
     workload = REPO / "workloads" / "openclip_train.py"
     pytester.makepyfile(test_suite=f"""
-from perfgate.cases import Case, Flavour, parametrize
+from perfgate import Case, Flavour, parametrize
 
 TINY = {{"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 16, "workers": 0}}
 CASES = [Case("openclip", "tiny", ({str(workload)!r},), cpu=Flavour(TINY, steps=12, warmup=2, timeout_s=240),

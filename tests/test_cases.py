@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.cases import Case, CaseRun, Flavour, OpenClipLog, parametrize, runs, to_flags
+from perfgate.config.cases import Case, CaseRun, Flavour, parametrize, runs, to_flags
+from perfgate.records.sources import OpenClipLog
 
 ENTRY = ("workloads/openclip_train.py",)
 

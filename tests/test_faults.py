@@ -20,7 +20,7 @@ from conftest import REPO, leftover_processes
 
 WORKLOAD = REPO / "workloads" / "unet3d_train.py"
 SUITE = f"""
-from perfgate.cases import Case, Flavour, parametrize
+from perfgate import Case, Flavour, parametrize
 
 SMALL = {{"device": "cpu", "base-channels": 2, "batch-size": 1, "loader": "synthetic", "workers": 0}}
 FAULTS = {{"crash": "crash@1:2", "kill": "kill@1:2", "hang": "hang@1:2", "oom": "oom@0:2", "nan": "nan@0:2",

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from perfgate import flops
+from perfgate.measure import flops
 
 
 def test_linear_layer_counts_forward_and_both_backward_matmuls():

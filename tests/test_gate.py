@@ -7,16 +7,18 @@ import warnings
 
 import pytest
 
-from perfgate import baselines, report, stats
-from perfgate.baselines import Baseline, MetricBaseline
-from perfgate.cases import Case, CaseRun, Flavour
-from perfgate.gate import Gate, StaleBaselineWarning, StoredBaseline
-from perfgate.hardware import Hardware
-from perfgate.launch import LaunchSpec
-from perfgate.measure import Measurement
+from perfgate.config.cases import Case, CaseRun, Flavour
+from perfgate.config.settings import Settings
+from perfgate.judge import baselines
+from perfgate.judge.baselines import Baseline, MetricBaseline
+from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline
+from perfgate.launch.hardware import Hardware
+from perfgate.launch.plan import Plan
+from perfgate.launch.spec import LaunchSpec
+from perfgate.measure import stats
+from perfgate.measure.measurer import Measurement
 from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.plan import Plan
-from perfgate.settings import Settings
+from perfgate.report import terminal
 
 METRIC = "samples_per_second"
 DETECTED = "cpu-test-2c-n1"
@@ -221,8 +223,8 @@ def test_calibration_without_a_probe_says_what_to_do(tmp_path):
 
 
 def ab_gate(plan, reference_values, candidate_values, **settings):
-    from perfgate.ab import ABGate, RevisionReference
-    from perfgate.revision import Revision
+    from perfgate.judge.ab import ABGate, RevisionReference
+    from perfgate.judge.revision import Revision
 
     order = []
     candidate = FakeMeasurer(plan, candidate_values, log=order, name="candidate")
@@ -288,7 +290,7 @@ def test_ab_budget_starts_no_pair_that_would_end_past_it(tmp_path, budget, pairs
     stop = candidate.result.get("ab_budget_stop")
     assert stop == (None if budget is None else f"no pair {pairs + 1}: it would end {60 * pairs + 60} s after the "
                                                 f"case began, past --perf-ab-budget {budget} s")
-    assert report.ab_rows([candidate.result])[0][1:] == [str(pairs), f"{pairs}:00", stop or "-"]
+    assert terminal.ab_rows([candidate.result])[0][1:] == [str(pairs), f"{pairs}:00", stop or "-"]
 
 
 def test_ab_judges_pairs_so_drift_over_the_session_does_not_hide_a_slowdown(tmp_path):
@@ -304,7 +306,7 @@ def test_ab_judges_pairs_so_drift_over_the_session_does_not_hide_a_slowdown(tmp_
 
 
 def test_a_planted_slowdown_that_did_not_slow_the_gated_metric_is_reported_not_averaged_in(tmp_path):
-    from perfgate.gate import PlantNotTakenWarning
+    from perfgate.judge.gate import PlantNotTakenWarning
 
     plan = make_plan(tmp_path)
     store(plan)

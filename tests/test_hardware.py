@@ -1,7 +1,7 @@
 import pytest
 
-from perfgate import hardware
-from perfgate.hardware import Hardware
+from perfgate.launch import hardware
+from perfgate.launch.hardware import Hardware
 
 
 @pytest.mark.parametrize(

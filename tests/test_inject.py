@@ -2,12 +2,13 @@
 
 import statistics
 import time
+from typing import Sequence
 
 import pytest
 import torch
 
-from perfgate.inject import SlowdownInjector, busy_wait
-from perfgate.records import StepRecorder
+from perfgate.measure.plant import SlowdownInjector, busy_wait
+from perfgate.records.steps import StepRecorder
 
 pytestmark = pytest.mark.floor
 FRACTIONS = (0.03, 0.05, 0.10, 0.25)
@@ -106,61 +107,65 @@ def test_nothing_is_planted_before_a_step_after_the_first_resolved_or_at_fractio
         SlowdownInjector(-0.1, "cpu", [])
 
 
+class ThreadClock:
+    """The StepRecorder's host clock, counting this thread's CPU time: a real loop's steps and plants are then fixed
+    work, timed alike however the machine is shared. Wall-clock steps beside other work vary by the scheduler's
+    slices (a busy wait of 50 ms ended at 50 or 54 ms beside two busy processes, 60-70 ms under pytest-xdist
+    beside a training case), which is noise for benchmarks/planted_slowdown.py to average, not for a test."""
+
+    mark = staticmethod(time.thread_time)
+
+    @staticmethod
+    def done(marker: float) -> bool:
+        return True
+
+    @staticmethod
+    def wait(marker: float) -> None:
+        return None
+
+    @staticmethod
+    def seconds(earlier: float, later: float) -> float:
+        return later - earlier
+
+
+def cpu_work(seconds: float) -> None:
+    """Burns ``seconds`` of this thread's CPU time, however long that takes on a shared core."""
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        pass
+
+
+def real_cpu_loop(path, fraction: float, step_work: Sequence[float]) -> list[float]:
+    """A CPU loop through the real StepRecorder and SlowdownInjector, on the thread's CPU clock."""
+    recorder = StepRecorder(path, device_type="cpu", clock=ThreadClock())
+    injector = SlowdownInjector(fraction, "cpu", recorder.step_times, host_busy=cpu_work, clock=time.thread_time)
+    recorder.begin()
+    injector.begin()
+    for step, work in enumerate(step_work):
+        cpu_work(work)
+        injector.pause()
+        recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={"loss": torch.zeros(())})
+    recorder.close()
+    return recorder.step_times
+
+
 @pytest.mark.parametrize("fraction", FRACTIONS)
 def test_a_real_cpu_loop_runs_slower_by_the_planted_fraction(tmp_path, fraction):
-    """The real thing on the host clock: steps of 50 ms timed by the StepRecorder, with and without the plant,
-    on a quiet machine or beside busy processes.
-
-    Loops come in interleaved pairs (a drift of the machine falls on both) and the median pair decides: on a
-    loaded 2-core VM one pair of 20 ms steps once came out 1.1 points off, a slow spell rather than the plant.
-    A step is 50 ms of work on the core, as a training step is: steps that slept instead measured up to 4 points
-    too much beside two busy processes, because a thread that also busy-waits has spent the scheduler's credit
-    for its sleeps, which then end later (fixed work instead varies by 10 % a step on shared cores). Within 1
-    point on a quiet machine; beside two busy processes a busy wait can end a scheduler slice past its deadline,
-    so steps come out 50 or 54 ms at random, and three runs' means then resolve a 1.5 ms plant to within 2.7
-    points (the issue's bound under load: 3). The median of such steps would jump between the two by 4 points;
-    the mean, like the window throughput, does not (the plant takes its own overrun off the next plant)."""
-    loss = {"loss": torch.zeros(())}
-
-    def mean_step(planted: float, run: int) -> float:
-        recorder = StepRecorder(tmp_path / f"steps-{planted}-{run}.jsonl", device_type="cpu")
-        injector = SlowdownInjector(planted, "cpu", recorder.step_times)
-        recorder.begin()
-        injector.begin()
-        for step in range(16):
-            busy_wait(0.05)
-            injector.pause()
-            recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars=loss)
-        recorder.close()
-        return statistics.fmean(recorder.step_times[4:])
-
-    ratios = [mean_step(0.0, run) / mean_step(fraction, run) for run in range(3)]
-    assert statistics.median(ratios) == pytest.approx(1 / (1 + fraction), abs=0.03)
+    """Steps of 50 ms of work, with and without the plant, through the real recorder and injector: the mean step
+    grows by the fraction, within 1 point, on a quiet machine or a loaded one (the clock is the thread's CPU time)."""
+    natural = real_cpu_loop(tmp_path / "none.jsonl", 0.0, [0.05] * 12)
+    planted = real_cpu_loop(tmp_path / "planted.jsonl", fraction, [0.05] * 12)
+    assert statistics.fmean(natural[2:]) / statistics.fmean(planted[2:]) == pytest.approx(1 / (1 + fraction), abs=0.01)
 
 
 def test_on_cpu_each_step_is_lengthened_by_the_fraction_of_itself_so_the_fastest_step_moves_by_it_too(tmp_path):
-    """The CPU flavour gates the fastest step. Steps of 40 and 120 ms alternate: planting 25 % of a typical step
-    (80 ms) would make the fast ones 50 % slower; the plant must make them 25 % slower, as it does the mean. The
-    fast steps are compared by their mean, not by the single fastest: beside busy processes a plant that overran
-    its deadline is taken off the next one, and the single fastest step is then one with less than its share
-    (3.5 points in a loaded CI run)."""
-    loss = {"loss": torch.zeros(())}
-
-    def steps(planted: float) -> list[float]:
-        recorder = StepRecorder(tmp_path / f"steps-{planted}.jsonl", device_type="cpu")
-        injector = SlowdownInjector(planted, "cpu", recorder.step_times)
-        recorder.begin()
-        injector.begin()
-        for step in range(12):
-            busy_wait(0.04 if step % 2 else 0.12)
-            injector.pause()
-            recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars=loss)
-        recorder.close()
-        return recorder.step_times
-
-    natural, planted = steps(0.0), steps(0.25)
-    assert statistics.fmean(natural[1::2]) / statistics.fmean(planted[1::2]) == pytest.approx(1 / 1.25, abs=0.03)
-    assert statistics.fmean(natural) / statistics.fmean(planted) == pytest.approx(1 / 1.25, abs=0.03)
+    """The CPU flavour gates the fastest step. Steps of 40 and 120 ms of work alternate: planting 25 % of a typical
+    step (80 ms) would make the fast ones 50 % slower; the plant must make them 25 % slower, as it does the mean."""
+    work = [0.04 if step % 2 else 0.12 for step in range(10)]
+    natural = real_cpu_loop(tmp_path / "none.jsonl", 0.0, work)
+    planted = real_cpu_loop(tmp_path / "planted.jsonl", 0.25, work)
+    assert min(natural[1:]) / min(planted[1:]) == pytest.approx(1 / 1.25, abs=0.01)
+    assert statistics.fmean(natural[1:]) / statistics.fmean(planted[1:]) == pytest.approx(1 / 1.25, abs=0.01)
 
 
 class FakeClock:
@@ -215,12 +220,14 @@ def test_the_plant_is_work_on_the_core_not_a_sleep_that_hands_the_core_away():
     cpu_before = time.thread_time()
     planted = injector.pause()
     assert planted >= 0.1
-    assert time.thread_time() - cpu_before >= planted / 4, "a shared core gives the busy wait a share, a sleep none"
+    # However crowded the cores, the busy wait gets some share of one (pytest-xdist beside a training case: 15 %);
+    # a sleep would have used microseconds.
+    assert time.thread_time() - cpu_before >= 0.005, "the plant slept instead of working"
 
 
 def test_records_carry_what_was_planted_and_the_metrics_what_the_window_applied(tmp_path):
-    from perfgate.metrics import compute
-    from perfgate.records import read_records
+    from perfgate.measure.metrics import compute
+    from perfgate.records.steps import read_records
 
     recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cpu")
     injector = SlowdownInjector(0.25, "cpu", recorder.step_times)
@@ -233,7 +240,12 @@ def test_records_carry_what_was_planted_and_the_metrics_what_the_window_applied(
     recorder.close()
     records = read_records(tmp_path / "steps.jsonl")
     assert all(s.planted_s > 0 for s in records.steps)
-    assert compute(records, warmup=1).planted_fraction == pytest.approx(0.25, abs=0.03)
+    window = records.steps[1:]
+    planted = sum(s.planted_s for s in window)
+    assert compute(records, warmup=1).planted_fraction == pytest.approx(planted / (sum(s.step_s for s in window) - planted))
+    # Over the whole run the plants hold at least F: a busy wait that overran its deadline is taken off the next
+    # plant, never more (under load the overrun of a warm-up step may be taken off the window's first plants).
+    assert compute(records, warmup=0).planted_fraction >= 0.24
     unplanted = StepRecorder(tmp_path / "none.jsonl", device_type="cpu")
     unplanted.begin()
     unplanted.end_step(0, samples=1, data_s=0.0, lr=None, scalars={"loss": torch.zeros(())})

@@ -6,9 +6,11 @@ import time
 
 import pytest
 
-from perfgate.launch import KILL_GRACE_S, LaunchFailed, LaunchSpec, ephemeral_range, free_port, launch, port_share
-
 from conftest import leftover_processes
+from perfgate.launch.agents import KILL_GRACE_S, ephemeral_range, free_port, port_share
+from perfgate.launch.diagnose import LaunchFailed
+from perfgate.launch.local import launch
+from perfgate.launch.spec import LaunchSpec
 
 PRELUDE = """
 import os, signal, sys, time
@@ -141,7 +143,7 @@ WATCHDOG = ("[rank1]:[E1124 06:01:02.123456 ProcessGroupNCCL.cpp:632] [Rank 1] W
     (WATCHDOG, "timeout"),
 ])
 def test_a_failed_ranks_last_lines_classify_the_failure(last_lines, kind):
-    from perfgate.diagnose import failure_kind
+    from perfgate.launch.diagnose import failure_kind
 
     assert failure_kind(last_lines) == kind
 
@@ -153,7 +155,7 @@ def test_a_rendezvous_that_cannot_start_is_a_setup_error(tmp_path, monkeypatch, 
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
-        monkeypatch.setattr("perfgate.launch.free_port", lambda share: squatter.getsockname()[1])
+        monkeypatch.setattr("perfgate.launch.local.free_port", lambda share: squatter.getsockname()[1])
         with pytest.raises(LaunchFailed, match="rendezvous") as failure:
             launch(spec(tmp_path, "ok", timeout_s=10.0))
     assert failure.value.kind == "setup-error"
@@ -162,7 +164,7 @@ def test_a_rendezvous_that_cannot_start_is_a_setup_error(tmp_path, monkeypatch, 
 def test_a_rank_that_lost_its_peer_is_not_blamed_for_the_crash_that_caused_it(tmp_path):
     """Node 0's rank died of the gloo connection node 1's crash closed; node 1's rank is the cause, although
     node 0 comes first."""
-    from perfgate.diagnose import diagnose_failure
+    from perfgate.launch.diagnose import diagnose_failure
 
     logs = rank_logs(tmp_path, ["RuntimeError: [gloo/transport/tcp/pair.cc:561] Connection closed by peer "
                                 "[127.0.0.1]:23938.", "RuntimeError: planted crash on node 1"], code=1)
@@ -188,7 +190,7 @@ def rank_logs(tmp_path, tails, code=-6):
 
 
 def test_the_nccl_watchdog_ending_a_collective_is_a_hang_not_a_crash(tmp_path):
-    from perfgate.diagnose import diagnose_failure
+    from perfgate.launch.diagnose import diagnose_failure
 
     spec = LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=1)
     failure = diagnose_failure(spec, [1], rank_logs(tmp_path, [WATCHDOG]))

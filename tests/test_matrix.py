@@ -2,8 +2,8 @@
 
 import pytest
 
-from perfgate.cases import CaseRun, Flavour
-from perfgate.matrix import DDP_AXIS, Axis, Matrix, gpu_only, needs_module
+from perfgate.config.cases import CaseRun, Flavour
+from perfgate.config.matrix import DDP_AXIS, Axis, Matrix, gpu_only, needs_module
 
 PRECISION = Axis("precision", ("fp32", "amp"))
 LOADER = Axis("loader", ("torch", "dali"))
@@ -93,8 +93,8 @@ def test_inconsistent_matrices_fail_at_import_naming_the_problem(overrides, mess
 
 def test_full_matrix_cases_are_deselected_unless_asked_for(pytester):
     pytester.makepyfile(test_m="""
-        from perfgate.cases import Flavour, parametrize
-        from perfgate.matrix import Axis, Matrix
+        from perfgate.config.cases import Flavour, parametrize
+        from perfgate.config.matrix import Axis, Matrix
 
         M = Matrix(workload="w", entry=("w.py",), axes=(Axis("precision", ("fp32", "amp")),),
                    base={"precision": "fp32"}, cpu=Flavour({}))

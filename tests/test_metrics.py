@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from perfgate import metrics
-from perfgate.metrics import MetricsError, calibrated, compute, percentile
-from perfgate.records import RunRecords, StepRecord
+from perfgate.measure import metrics
+from perfgate.measure.metrics import MetricsError, calibrated, compute, percentile
+from perfgate.records.steps import RunRecords, StepRecord
 
 
 def run(step_times, samples=64, data=0.01, losses=None, end=None):

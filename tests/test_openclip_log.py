@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import cli, openclip_log
-from perfgate.metrics import compute
+from perfgate import cli
+from perfgate.measure.metrics import compute
+from perfgate.records import openclip_log
 
 SEED_LINES = """\
 2023-04-21,12:03:13 | INFO | Train Epoch: 0 [ 16384/3200000 (1%)] Data (t): 90.938 Batch (t): 137.606, 119.065/s, 3.72078/s/gpu LR: 0.000000 Logit Scale: 14.286 Contrastive_loss: 9.7031 (9.7031) Loss: 9.7031 (9.7031)

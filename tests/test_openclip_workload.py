@@ -73,8 +73,9 @@ def test_adamw_groups_exclude_gains_biases_and_logit_scale_from_decay(workload):
 
 
 def test_adaptive_length_stops_all_ranks_once_the_interval_is_tight(tmp_path, no_leftovers):
-    from perfgate.launch import LaunchSpec, launch
-    from perfgate.records import read_records
+    from perfgate.launch.local import launch
+    from perfgate.launch.spec import LaunchSpec
+    from perfgate.records.steps import read_records
 
     args = ["--model", "perfgate-ViT-tiny", "--device", "cpu", "--batch-size", "8", "--workers", "0",
             "--steps", "60", "--target-ci", "0.5", "--min-steps", "12", "--warmup", "2",

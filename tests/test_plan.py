@@ -2,11 +2,11 @@
 
 import pytest
 
-from perfgate.cases import Case, CaseRun, Flavour
-from perfgate.hardware import Hardware
+from perfgate.config.cases import Case, CaseRun, Flavour
+from perfgate.config.settings import Settings
+from perfgate.launch.hardware import Hardware
+from perfgate.launch.plan import plan
 from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.plan import plan
-from perfgate.settings import Settings
 
 CASE = Case("w", "c", ("w.py",), cpu=Flavour({}, ranks_per_node=1), gpu=Flavour({}))
 

@@ -4,13 +4,13 @@ import json
 from xml.etree import ElementTree
 
 import pytest
-
 from background_load import training_job
+
 from conftest import REPO, leftover_processes
 
 WORKLOAD = REPO / "workloads" / "openclip_train.py"
 SUITE = f"""
-from perfgate.cases import Case, Flavour, parametrize
+from perfgate import Case, Flavour, parametrize
 
 TINY = {{"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 16, "workers": 0}}
 CASES = [
@@ -303,7 +303,7 @@ def one_case_suite(pytester, module, source, workload, name, flavour):
     """A suite of one CPU case ``<workload>-<name>`` whose workload is ``source``, written as ``<module>.py``;
     ``flavour`` is the source of the Flavour's arguments."""
     pytester.makepyfile(**{module: source}, test_suite=f"""
-from perfgate.cases import Case, Flavour, parametrize
+from perfgate import Case, Flavour, parametrize
 
 CASES = [Case({workload!r}, {name!r}, ({str(pytester.path / f'{module}.py')!r},), cpu=Flavour({flavour}))]
 
@@ -316,7 +316,7 @@ def test_case(perfgate, case):
 NAN_THEN_ABORT = """
 import argparse, os, pathlib, signal
 import torch
-from perfgate.records import StepRecorder
+from perfgate import StepRecorder
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int)

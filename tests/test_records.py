@@ -4,7 +4,7 @@ import time
 import pytest
 import torch
 
-from perfgate.records import RecordsError, RecordsTail, StepRecorder, read_records
+from perfgate.records.steps import RecordsError, RecordsTail, StepRecorder, read_records
 
 
 def test_recorder_chains_step_times_and_writes_start_steps_end(tmp_path):

@@ -1,5 +1,6 @@
-from perfgate.records import StepRecord
-from perfgate.report import Progress, summary_rows, table
+from perfgate.measure.progress import Progress
+from perfgate.records.steps import StepRecord
+from perfgate.report.terminal import summary_rows, table
 
 
 def test_progress_line_shows_case_step_rate_and_elapsed():
@@ -33,7 +34,7 @@ def test_summary_table_has_a_row_per_metric():
 
 
 def test_update_table_shows_old_new_change_tolerance_noise_and_runs():
-    from perfgate.report import UPDATE_HEADER, update_rows
+    from perfgate.report.terminal import UPDATE_HEADER, update_rows
 
     results = [{"case": "c", "metrics": [
         {"metric": "samples_per_second", "unit": "samples/s", "baseline": 100.0, "measured": 110.0, "change": 0.1,
@@ -48,7 +49,7 @@ def test_update_table_shows_old_new_change_tolerance_noise_and_runs():
 
 
 def test_bottleneck_names_the_slower_of_io_and_compute():
-    from perfgate.report import bottleneck
+    from perfgate.report.terminal import bottleneck
 
     assert bottleneck(303.3, 359.4) == "input-bound: IO 303/s < compute 359/s"
     assert bottleneck(779.0, 421.6) == "compute-bound: compute 422/s <= IO 779/s"
@@ -56,7 +57,7 @@ def test_bottleneck_names_the_slower_of_io_and_compute():
 
 
 def test_profile_rows_show_throughput_tflops_mfu_and_bottleneck():
-    from perfgate.report import PROFILE_HEADER, profile_rows
+    from perfgate.report.terminal import PROFILE_HEADER, profile_rows
 
     results = [{"case": "unet3d-a-gpu", "measured": {"samples_per_second": 252.0, "tflops": 181.2, "mfu": 0.183,
                                                      "io_samples_per_second": 303.3,
@@ -71,7 +72,7 @@ def test_profile_rows_show_throughput_tflops_mfu_and_bottleneck():
 
 
 def test_scaling_rows_give_speedup_and_efficiency_per_family():
-    from perfgate.report import scaling_rows
+    from perfgate.report.terminal import scaling_rows
 
     results = [
         {"case": f"resnet50-fp32-ddp{n}-gpu", "family": "resnet50-fp32", "world_size": n,
@@ -85,9 +86,9 @@ def test_scaling_rows_give_speedup_and_efficiency_per_family():
 
 
 def test_a_failure_names_how_the_machine_speed_probe_moved_since_the_baseline():
-    from perfgate.baselines import Baseline, MetricBaseline
-    from perfgate.gate import machine_speed
-    from perfgate.measure import Measurement
+    from perfgate.judge.baselines import Baseline, MetricBaseline
+    from perfgate.judge.gate import machine_speed
+    from perfgate.measure.measurer import Measurement
 
     baseline = Baseline("c", "k", {"steady_samples_per_second": MetricBaseline(100.0, "higher", 0.05)},
                         provenance={"measured": {"probe_matmul_gflops": 80.0}})
@@ -100,8 +101,8 @@ def test_a_failure_names_how_the_machine_speed_probe_moved_since_the_baseline():
 def test_the_terminal_summary_says_what_was_planted_written_calibrated_and_left_ungated():
     from pathlib import Path
 
-    from perfgate.report import TerminalSummary
-    from perfgate.settings import Settings
+    from perfgate.config.settings import Settings
+    from perfgate.report.terminal import TerminalSummary
 
     sections, lines = [], []
     summary = TerminalSummary(sections.append, lambda text, **markup: lines.append((text, markup)))

@@ -10,9 +10,10 @@ import pytest
 numpy = pytest.importorskip("numpy")
 imread = pytest.importorskip("matplotlib.image", reason="the reports need matplotlib (requirements.txt)").imread
 
-from perfgate import benchmark_json, cli, history, plots, report  # noqa: E402
-from perfgate.report_dir import ReportDirectory  # noqa: E402
-from perfgate.settings import Settings  # noqa: E402
+from perfgate import cli  # noqa: E402
+from perfgate.config.settings import Settings  # noqa: E402
+from perfgate.report import benchmark_json, history, plots, terminal  # noqa: E402
+from perfgate.report.directory import ReportDirectory  # noqa: E402
 
 WARMUP = 2
 
@@ -173,7 +174,7 @@ def test_an_ab_timeline_draws_the_reference_runs_too(results):
 
 
 def test_junit_properties_carry_verdict_change_and_tolerance(results):
-    properties = dict(report.junit_properties(results[0]))
+    properties = dict(terminal.junit_properties(results[0]))
     assert properties["perfgate.verdict"] == "FAIL"
     assert properties["perfgate.samples_per_second.change"] == "-23.0%"
     assert properties["perfgate.samples_per_second.tolerance"] == "5.0%"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from perfgate.settings import OPTIONS
+from perfgate.config.settings import OPTIONS
 
 
 def test_help_lists_every_option_with_its_text(pytester):
@@ -64,7 +64,7 @@ def test_command_line_beats_ini_and_defaults_apply(pytester):
 
 
 def test_repeat_cap_defaults_to_one_more_launch_and_follows_the_option():
-    from perfgate.settings import Settings
+    from perfgate.config.settings import Settings
 
     assert Settings(repeats=3).repeat_cap == 4
     assert Settings(repeats=3, max_repeats=6).repeat_cap == 6

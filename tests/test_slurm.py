@@ -11,10 +11,10 @@ import signal
 import subprocess
 
 import pytest
-
 import slurm_cluster
-from conftest import leftover_processes
 from multinode import WORKLOAD_CASES, interrupt_mid_run, launch_sampling_node_gpus, run_workloads, write_suite
+
+from conftest import leftover_processes
 
 CLASS = "slurm-two-nodes"
 ARGS = ["--launcher", "slurm", "--nodes", "2", "--baseline-dir", "b", "--hardware-class", CLASS,
@@ -114,8 +114,8 @@ def test_every_workload_runs_on_two_slurm_nodes_with_their_own_temp_dirs(suite, 
 def test_each_slurm_node_samples_its_own_gpus_into_the_run_directory(suite, cluster, tmp_path):
     """NVML in the pytest process sees only its own host: each node's sampler (a fake NVML here) writes its file,
     and is gone with the job step."""
-    from perfgate.gpu_monitor import read_node_samples
-    from perfgate.slurm import SlurmLauncher
+    from perfgate.launch.slurm import SlurmLauncher
+    from perfgate.measure.gpu_monitor import read_node_samples
 
     run_dir = launch_sampling_node_gpus(SlurmLauncher(), tmp_path)
     samples, problems = read_node_samples(run_dir, 2)

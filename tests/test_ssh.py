@@ -6,10 +6,10 @@ import json
 import signal
 
 import pytest
-
 import ssh_server
-from conftest import leftover_processes
 from multinode import WORKLOAD_CASES, interrupt_mid_run, launch_sampling_node_gpus, run_workloads, write_suite
+
+from conftest import leftover_processes
 
 CLASS = "ssh-two-hosts"
 
@@ -101,8 +101,8 @@ def test_every_workload_runs_on_two_hosts_with_their_own_temp_dirs(server, tmp_p
 def test_each_host_samples_its_own_gpus_into_the_run_directory(server, tmp_path):
     """NVML in the pytest process sees only its own host: each node's sampler (a fake NVML here) writes its file,
     and is gone with the run."""
-    from perfgate.gpu_monitor import read_node_samples
-    from perfgate.ssh import SshLauncher
+    from perfgate.launch.ssh import SshLauncher
+    from perfgate.measure.gpu_monitor import read_node_samples
 
     run_dir = launch_sampling_node_gpus(SshLauncher(ssh_server.HOSTS, server.client_args.split()), tmp_path)
     samples, problems = read_node_samples(run_dir, 2)

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from perfgate import stats
+from perfgate.measure import stats
 
 
 def noisy(center, sigma, n, seed):
@@ -122,7 +122,7 @@ def test_a_baseline_with_disturbed_runs_would_blind_the_gate_without_leaving_the
 
 
 def test_paired_comparison_takes_the_geometric_mean_ratio_with_a_t_interval():
-    from perfgate.stats import compare_pairs
+    from perfgate.measure.stats import compare_pairs
 
     comparison = compare_pairs([100.0, 100.0, 100.0], [94.0, 95.0, 96.0])
     assert comparison.change == pytest.approx((0.94 * 0.95 * 0.96) ** (1 / 3) - 1)
@@ -133,7 +133,7 @@ def test_paired_comparison_takes_the_geometric_mean_ratio_with_a_t_interval():
 
 
 def test_one_pair_gives_no_interval_so_no_verdict_but_inconclusive_or_pass():
-    from perfgate.stats import compare_pairs
+    from perfgate.measure.stats import compare_pairs
 
     comparison = compare_pairs([100.0], [80.0])
     assert comparison.ci_low == -math.inf and comparison.ci_high == math.inf

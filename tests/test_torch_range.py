@@ -7,9 +7,9 @@ import sys
 
 import pytest
 import torch
+from test_workloads import train
 
 from conftest import REPO
-from test_workloads import train
 
 pytestmark = pytest.mark.floor
 WORKLOADS = REPO / "workloads"

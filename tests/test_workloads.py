@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from conftest import REPO
-
-from perfgate.launch import LaunchSpec, launch
-from perfgate.records import read_records
+from perfgate.launch.local import launch
+from perfgate.launch.spec import LaunchSpec
+from perfgate.records.steps import read_records
 
 WORKLOADS = REPO / "workloads"
 needs_dali = pytest.mark.skipif(importlib.util.find_spec("nvidia.dali") is None, reason="DALI is not installed")
@@ -172,7 +172,8 @@ def test_a_cuda_graphs_run_whose_graphs_inductor_skipped_fails_saying_why(monkey
     try:
         import train_common
         from torch._dynamo.utils import counters
-        from perfgate.diagnose import failure_kind
+
+        from perfgate.launch.diagnose import failure_kind
 
         monkeypatch.setitem(counters["inductor"], "cudagraph_skips", 2)
         assert train_common.cudagraph_skips() == 2

@@ -3,7 +3,7 @@
 import dataclasses
 import shutil
 
-from perfgate.matrix import DDP_AXIS, Axis, gpu_only, needs_module
+from perfgate import DDP_AXIS, Axis, gpu_only, needs_module
 
 ONCE_PER_CASE = ("--no-count-flops",)
 """What perfgate's workloads skip after a case's first launch: the FLOP count (the first launch's serves them all)."""

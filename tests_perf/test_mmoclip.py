@@ -11,7 +11,7 @@ Marked slow (3.2 M samples: about 2 hours on one H100), so it runs only with `--
 
 import pytest
 
-from perfgate.cases import Case, Flavour, OpenClipLog, parametrize
+from perfgate import Case, Flavour, OpenClipLog, parametrize
 
 UPSTREAM_COMMAND = {
     "dataset-type": "synthetic",

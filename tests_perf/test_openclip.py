@@ -14,7 +14,7 @@ Full matrix only: fp16 amp, the host-loader and checkpointed cases, and the DDP-
 import pytest
 from matrix_axes import ONCE_PER_CASE
 
-from perfgate.cases import CPU_TOLERANCE_FLOOR, Case, Flavour, parametrize
+from perfgate import CPU_TOLERANCE_FLOOR, Case, Flavour, parametrize
 
 ENTRY = ("workloads/openclip_train.py",)
 TINY = {"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 32, "workers": 1}

@@ -5,7 +5,7 @@ One step here is one ``open_clip_train`` step: open_clip's model factory, ``Clip
 cosine schedule, its autocast and GradScaler handling, and DDP. What upstream adds around the step
 (webdataset, checkpoints, evaluation) is left out so that the step is what gets measured.
 
-Rank 0 appends one JSON record per step to ``--records`` (see ``perfgate.records``) and logs the
+Rank 0 appends one JSON record per step to ``--records`` (see ``perfgate.records.steps``) and logs the
 same step in open_clip's log format, so ``perfgate import-log open_clip`` reads both.
 
     # CPU, 2 ranks on this host (gloo)
@@ -34,7 +34,7 @@ from open_clip_train.scheduler import cosine_lr
 from PIL import Image
 
 import train_common as common
-from perfgate.openclip_log import LOG_DATEFMT, LOG_FORMAT, format_step_line
+from perfgate.records.openclip_log import LOG_DATEFMT, LOG_FORMAT, format_step_line
 
 MODEL_CONFIGS = Path(__file__).resolve().parent / "model_configs"
 

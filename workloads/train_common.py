@@ -2,9 +2,9 @@
 step loop and the benchy-style IO / SYNTHETIC phases.
 
 A workload builds its model, data and one training step; ``Trainer`` runs that step under the same
-rules everywhere: rank 0 records each step with ``perfgate.records.StepRecorder`` (CUDA events
+rules everywhere: rank 0 records each step with ``perfgate.records.steps.StepRecorder`` (CUDA events
 resolved late on GPU, never a per-step synchronize), a planted slowdown is applied between the
-step's work and its end marker (see perfgate.inject), and the adaptive stop is agreed by all ranks.
+step's work and its end marker (see perfgate.measure.plant), and the adaptive stop is agreed by all ranks.
 After the measured FULL window, ``--benchy-steps N`` times the data loader alone (IO) and the step on one cached batch
 (SYNTHETIC), as the SC21 tutorial's benchy does, so the report can say what bounds the throughput.
 
@@ -32,9 +32,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 import machine_probe
 import torch_compat
-from perfgate import flops, stats
-from perfgate.inject import SlowdownInjector
-from perfgate.records import StepRecorder
+from perfgate.measure import flops, stats
+from perfgate.measure.plant import SlowdownInjector
+from perfgate.records.steps import StepRecorder
 
 PRECISIONS = ("fp32", "tf32", "amp", "amp_bf16")
 """fp32: full fp32 math (TF32 off); tf32: fp32 with TF32 tensor cores; amp: fp16 autocast + GradScaler;

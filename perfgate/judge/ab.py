@@ -1,0 +1,107 @@
+"""A/B in one job (``--perf-against REF``): the working tree judged against a reference revision measured
+beside it, launch for launch, so that a machine's drift falls on both alike.
+
+Launches come in pairs whose order alternates (ABBA...). The reference's runs so far stand in for a
+stored baseline, with --perf-ab-tolerance as its tolerance, and the candidate is judged pair by pair
+(stats.compare_pairs: a paired t interval of the runs' log ratios), since drift moves both runs of a
+pair alike; the gate's decision rules apply. An inconclusive verdict measures another pair, up to
+--perf-max-repeats pairs (default --perf-repeats + 2), or while another pair fits in --perf-ab-budget
+seconds. A planted slowdown (--perf-inject-slowdown) goes into the candidate only.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from perfgate.judge import baselines
+from perfgate.judge.gate import Gate
+from perfgate.judge.revision import Revision
+from perfgate.launch.plan import Plan
+from perfgate.measure import stats
+from perfgate.measure.measurer import Measurement, Measurer
+from perfgate.measure.metrics import METRICS
+from perfgate.outcome import CaseFailed
+
+
+class RevisionReference:
+    """The reference revision's runs of one case, as a baseline that grows with every pair."""
+
+    def __init__(self, revision: Revision, measurer: Measurer, plan: Plan, tolerance: float) -> None:
+        self.revision = revision
+        self.measurer = measurer
+        self.plan = plan
+        self.tolerance = tolerance
+        self.where = f"{revision.name} ({revision.commit[:12]}), measured beside it in {measurer.plan.spec.workdir}"
+
+    def load(self) -> baselines.Baseline:
+        measurement, run = self.measurer.measurement, self.plan.run
+        gated = {}
+        for name in run.gated:
+            runs = tuple(measurement.values(name))
+            if not runs:
+                raise CaseFailed(f"{run.key}: the reference {self.revision.name} does not report {name}")
+            gated[name] = baselines.MetricBaseline(stats.median(runs), METRICS[name].better, self.tolerance,
+                                                   METRICS[name].unit, runs)
+        return baselines.Baseline(run.key, self.plan.hardware_class, gated,
+                                  provenance={"measured": measurement.medians(), "commit": self.revision.commit},
+                                  workload_version=run.case.version)
+
+
+class ABGate(Gate):
+    """Measures the candidate and the reference in alternating pairs and judges one against the other."""
+
+    reference: RevisionReference
+    compare = staticmethod(stats.compare_pairs)
+    clock = staticmethod(time.monotonic)
+    pair_seconds: list[float]
+    """How long each pair took, both launches."""
+
+    def repeat_cap(self) -> int:
+        """Pairs cancel the machine's drift but not its short-term noise: two more pairs than planned are allowed
+        by default (a stored-baseline gate allows one more run), as a 5 % slowdown on a 2-core VM needs them."""
+        return self.settings.max_repeats or self.settings.repeats + 2
+
+    def check(self) -> dict[str, Any]:
+        self.started, self.pair_seconds = self.clock(), []
+        try:
+            for _ in range(self.settings.repeats):
+                self._pair(self.settings.repeats)
+            return self.judge(self.reference.load(), self.measurer.measurement)
+        finally:
+            self.result["time_to_verdict_s"] = round(self.clock() - self.started, 1)
+            self.result["reference"] = {
+                "revision": self.reference.revision.name, "commit": self.reference.revision.commit,
+                "command": self.reference.measurer.measurement.command,
+                "per_run": self.reference.measurer.measurement.runs,
+            }
+
+    def may_measure_more(self, measurement: Measurement, cap: int) -> bool:
+        """Within the pair cap and, under --perf-ab-budget, when one more pair of the mean length so far ends in time;
+        a budget that stops the pairs is noted in the result."""
+        if not super().may_measure_more(measurement, cap):
+            return False
+        budget = self.settings.ab_budget
+        if budget is None or not self.pair_seconds:
+            return True
+        next_pair_ends = self.clock() - self.started + statistics.fmean(self.pair_seconds)
+        if next_pair_ends <= budget:
+            return True
+        self.result["ab_budget_stop"] = (f"no pair {len(self.pair_seconds) + 1}: it would end {next_pair_ends:.0f} s "
+                                         f"after the case began, past --perf-ab-budget {budget:g} s")
+        return False
+
+    def measure_more(self, baseline: baselines.Baseline, cap: int) -> baselines.Baseline:
+        self._pair(cap)
+        return self.reference.load()
+
+    def _pair(self, planned: int) -> None:
+        """One launch of each side; every other pair starts with the candidate (ABBA)."""
+        sides = [self.reference.measurer, self.measurer]
+        if len(self.measurer.measurement.runs) % 2:
+            sides.reverse()
+        began = self.clock()
+        for side in sides:
+            side.launch_once(planned)
+        self.pair_seconds.append(self.clock() - began)

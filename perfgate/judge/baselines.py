@@ -1,0 +1,213 @@
+"""Baselines: one reviewable JSON file per case per hardware class, compared and rewritten safely.
+
+Layout: ``<baseline-dir>/<hardware-class>/<case>.json``. A file holds, per gated metric, the value
+(the median of the runs it was measured from), the runs themselves and their spread, which direction
+is better, and the tolerance; the workload version; and the provenance of the measurement. Files are
+replaced atomically (write a temporary file beside it, fsync, rename), so a reader or an interrupted
+update only ever sees the old or the new file. A file that cannot be read is an error, never
+"no baseline".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from perfgate.measure import stats
+
+SCHEMA = 1
+DIRECTIONS = ("higher", "lower")
+
+
+class BaselineError(ValueError):
+    """A baseline file that exists but cannot be trusted."""
+
+
+@dataclass(frozen=True)
+class MetricBaseline:
+    value: float
+    better: str
+    tolerance: float
+    unit: str = ""
+    runs: tuple[float, ...] = ()
+    """Per-run values the value is the median of; empty for a single published figure."""
+
+    @property
+    def samples(self) -> tuple[float, ...]:
+        return self.runs or (self.value,)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"value": self.value, "better": self.better, "tolerance": self.tolerance, "unit": self.unit}
+        if self.runs:
+            data["runs"] = list(self.runs)
+            data["relative_spread"] = round(stats.relative_spread(self.runs), 6)
+        return data
+
+
+@dataclass(frozen=True)
+class Baseline:
+    case: str
+    hardware_class: str
+    metrics: Mapping[str, MetricBaseline]
+    provenance: Mapping[str, Any]
+    workload_version: str = "1"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "case": self.case,
+            "hardware_class": self.hardware_class,
+            "workload_version": self.workload_version,
+            "metrics": {name: m.to_json() for name, m in sorted(self.metrics.items())},
+            "provenance": dict(self.provenance),
+        }
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """One metric of the current runs judged against its baseline's runs."""
+
+    metric: str
+    better: str
+    unit: str
+    tolerance: float
+    baseline: float
+    measured: float
+    runs: int
+    comparison: stats.Comparison
+    decision: stats.Decision
+
+    @property
+    def change(self) -> float:
+        """Relative change of the medians: +0.05 means 5 % above the baseline."""
+        return self.comparison.change
+
+    @property
+    def outcome(self) -> str:
+        return self.decision.outcome
+
+    def describe(self) -> str:
+        return (
+            f"{self.metric} ({self.better} is better): measured {self.measured:.6g} {self.unit} "
+            f"(median of {self.runs} run{'s' if self.runs != 1 else ''}) vs baseline {self.baseline:.6g} {self.unit}: "
+            f"{self.change:+.1%} (tolerance {self.tolerance:.1%}); {self.decision.reason}"
+        )
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in obj:
+        raise BaselineError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BaselineError(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def parse(obj: Any, where: str) -> Baseline:
+    if not isinstance(obj, dict):
+        raise BaselineError(f"{where}: a baseline must be a JSON object")
+    schema = _field(obj, "schema", int, where)
+    if schema != SCHEMA:
+        raise BaselineError(f"{where}: schema {schema} is not the supported schema {SCHEMA}")
+    metrics = {}
+    for name, raw in _field(obj, "metrics", dict, where).items():
+        here = f"{where}: metric {name!r}"
+        if not isinstance(raw, dict):
+            raise BaselineError(f"{here} must be an object")
+        value = float(_field(raw, "value", (int, float), here))
+        better = _field(raw, "better", str, here)
+        tolerance = float(_field(raw, "tolerance", (int, float), here))
+        if better not in DIRECTIONS:
+            raise BaselineError(f"{here}: 'better' must be one of {DIRECTIONS}, got {better!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise BaselineError(f"{here}: value must be a positive number, got {value}")
+        if not 0 <= tolerance < 1:
+            raise BaselineError(f"{here}: tolerance must be a fraction in [0, 1), got {tolerance}")
+        runs = raw.get("runs", [])
+        if not isinstance(runs, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in runs
+        ):
+            raise BaselineError(f"{here}: 'runs' must be a list of positive numbers")
+        metrics[name] = MetricBaseline(value, better, tolerance, str(raw.get("unit", "")), tuple(map(float, runs)))
+    if not metrics:
+        raise BaselineError(f"{where}: no metrics")
+    return Baseline(
+        case=_field(obj, "case", str, where),
+        hardware_class=_field(obj, "hardware_class", str, where),
+        metrics=metrics,
+        provenance=obj.get("provenance", {}),
+        workload_version=str(obj.get("workload_version", "1")),
+    )
+
+
+def load(path: Path) -> Baseline | None:
+    """The baseline at ``path``; None only when there is no file. Anything unreadable raises."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read baseline: {exc.strerror}") from None
+    fix = "fix or delete it, or rewrite it with --update-baselines (the file was not changed)"
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"{path}: corrupt baseline, not valid JSON ({exc.msg} at line {exc.lineno}); {fix}") from None
+    try:
+        baseline = parse(obj, str(path))
+    except BaselineError as exc:
+        raise BaselineError(f"{exc}; {fix}") from None
+    expected_class = path.parent.name
+    if baseline.hardware_class != expected_class:
+        raise BaselineError(
+            f"{path}: holds a baseline for hardware class {baseline.hardware_class!r} but sits in the "
+            f"directory of {expected_class!r}; move it to the right directory ({fix})"
+        )
+    return baseline
+
+
+def write(path: Path, baseline: Baseline) -> None:
+    """Atomically replace ``path``: readers see the old file or the new one, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(baseline.to_json(), indent=2, sort_keys=False) + "\n"
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def judge(baseline: Baseline, current: Mapping[str, Sequence[float]],
+          compare: Callable[[Sequence[float], Sequence[float]], stats.Comparison] = stats.compare_runs,
+          ) -> list[MetricVerdict]:
+    """Judges every metric the baseline gates from the current runs' values of it (``compare``: the baseline's
+    runs and the current ones as independent samples, or as pairs under A/B)."""
+    verdicts = []
+    for name, ref in baseline.metrics.items():
+        values = [v for v in current.get(name, ()) if v is not None]
+        if not values:
+            raise BaselineError(f"baseline of {baseline.case} gates {name!r}, which this run did not measure")
+        comparison = compare(ref.samples, values)
+        verdicts.append(MetricVerdict(
+            metric=name, better=ref.better, unit=ref.unit, tolerance=ref.tolerance,
+            baseline=stats.median(ref.samples), measured=stats.median(values), runs=len(values),
+            comparison=comparison, decision=stats.decide(comparison, ref.better, ref.tolerance),
+        ))
+    return verdicts

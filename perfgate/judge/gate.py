@@ -1,0 +1,333 @@
+"""The gate's decisions: what a measured case is judged against, and what follows from it.
+
+- judged: pass, FAIL (a significant regression beyond the tolerance), stale (significantly better: the
+  reference is out of date; a warning, or a failure under --fail-stale); an inconclusive verdict
+  launches more runs, up to --perf-max-repeats;
+- no reference: skipped with how to create one (failed under --strict-baselines);
+- --update-baselines: the runs become the stored baseline, disturbed runs left out and re-measured;
+  a baseline from other hardware, another workload version or a publication is refused.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from perfgate.config.settings import Settings
+from perfgate.judge import baselines
+from perfgate.launch import hardware
+from perfgate.launch.plan import Plan
+from perfgate.measure import gpu_monitor, metrics, stats
+from perfgate.measure.measurer import Measurement, Measurer
+from perfgate.measure.metrics import METRICS
+from perfgate.outcome import CaseFailed, CaseSkipped
+
+
+class StaleBaselineWarning(UserWarning):
+    """A case ran significantly faster than its baseline allows: re-measure and review the baseline."""
+
+
+class PlantNotTakenWarning(UserWarning):
+    """A planted slowdown moved a gated metric by less than half of what it should: a gate proven with that plant
+    proves nothing."""
+
+
+PLANT_TAKEN = 0.5
+"""A plant has taken once a gated metric moved at least this share of the way it should."""
+
+
+def plant_check(fraction: float, verdicts: list[baselines.MetricVerdict],
+                planted_fractions: list[float]) -> list[dict[str, Any]]:
+    """Did each gated metric move as a planted slowdown of ``fraction`` should (a rate to 1 / (1 + F), a time by
+    +F)? ``planted_fractions``: what the runs applied (RunMetrics.planted_fraction)."""
+    rows = []
+    for verdict in verdicts:
+        expected = 1 / (1 + fraction) - 1 if verdict.better == "higher" else fraction
+        rows.append({"metric": verdict.metric, "planted": fraction, "expected_change": expected,
+                     "measured_change": verdict.change, "applied": stats.median(planted_fractions)
+                     if planted_fractions else None, "took": verdict.change / expected >= PLANT_TAKEN})
+    return rows
+
+
+class Reference(Protocol):
+    """What a case is judged against."""
+
+    where: Path | str
+    """Where the reference lives, for messages."""
+
+    def load(self) -> baselines.Baseline | None:
+        """The reference; None when there is none yet; BaselineError when it cannot be trusted."""
+
+
+class StoredBaseline:
+    """A reviewed baseline file under --baseline-dir, which --update-baselines (re)writes."""
+
+    def __init__(self, path: Path) -> None:
+        self.where = path
+
+    def load(self) -> baselines.Baseline | None:
+        return baselines.load(self.where)
+
+
+NO_BASELINE_RUNS = 2
+"""Launches of a case that has no baseline for this class: nothing is gated, the measurement only informs (set
+beside other classes' baselines), and the first launch (which also counts FLOPs and runs benchy) and one later
+one are what the estimate of the baseline-making time needs. A newcomer's first `make perf` is a third shorter."""
+
+
+class Gate:
+    """Measures one planned case and decides its verdict; ``result`` is the case's record."""
+
+    compare = staticmethod(stats.compare_runs)
+    """How the runs are set against the baseline's: as independent samples (a baseline measured at another time)."""
+
+    def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
+                 root: Path, pytest_args: str = "",
+                 nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml) -> None:
+        self.plan = plan
+        self.settings = settings
+        self.measurer = measurer
+        self.reference = reference
+        self.result = measurer.result
+        self._root = root
+        self._pytest_args = pytest_args
+        self._nvml = nvml
+
+    def check(self) -> dict[str, Any]:
+        """Gates the case, or updates its baseline; raises CaseFailed or CaseSkipped where that is the outcome."""
+        run, settings = self.plan.run, self.settings
+        try:
+            baseline = self.reference.load()
+        except baselines.BaselineError as exc:
+            if not settings.update_baselines:
+                raise CaseFailed(f"{run.key}: {exc}") from None
+            baseline = None
+        if settings.update_baselines:
+            self.refuse_foreign_overwrite(baseline)
+            return self.update(baseline, self.measure_baseline())
+        if baseline is not None and baseline.workload_version != run.case.version:
+            raise CaseFailed(f"{run.key}: {self.reference.where} was measured with workload version "
+                             f"{baseline.workload_version}, the case is version {run.case.version}: the numbers "
+                             "are not comparable. Re-measure: --update-baselines --force-baseline-update")
+        if baseline is None:
+            return self.no_baseline(self.measurer.measure(min(settings.repeats, NO_BASELINE_RUNS)))
+        return self.judge(baseline, self.measurer.measure(settings.repeats))
+
+    def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, Any]:
+        """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""
+        plan, result, cap = self.plan, self.result, self.repeat_cap()
+        while True:
+            current = self._values(baseline, measurement)
+            try:
+                verdicts = baselines.judge(baseline, current, self.compare)
+            except baselines.BaselineError as exc:
+                raise CaseFailed(f"{plan.run.key}: {exc}") from None
+            undecided = any(v.outcome == "inconclusive" for v in verdicts)
+            if not undecided or not self.may_measure_more(measurement, cap):
+                break
+            baseline = self.measure_more(baseline, cap)
+        outcomes = [stats.settle(v.decision).outcome for v in verdicts]
+        result["metrics"] = [{**verdict_row(v, outcome), "run_values": current[v.metric],
+                              "baseline_runs": list(baseline.metrics[v.metric].samples)}
+                             for v, outcome in zip(verdicts, outcomes)]
+        self.check_plant(verdicts, measurement)
+        planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
+                   if self.settings.inject_slowdown else "")
+        details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.get("calibration")))
+        if "FAIL" in outcomes:
+            result["verdict"] = "FAIL"
+            raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{planted}\n{details}\n"
+                             f"{machine_speed(baseline, measurement)}baseline: {self.reference.where}\n"
+                             f"command: {measurement.command}\nlogs kept in {plan.spec.workdir}")
+        if "stale" in outcomes:
+            result["verdict"] = "stale"
+            message = (f"{plan.run.key}: stale baseline on {plan.hardware_class}{planted}: significantly faster than "
+                       f"{self.reference.where} allows\n{details}\nre-measure with --update-baselines and review")
+            if self.settings.fail_stale:
+                raise CaseFailed(message)
+            warnings.warn(StaleBaselineWarning(message))
+            return result
+        result["verdict"] = "pass"
+        return result
+
+    def check_plant(self, verdicts: list[baselines.MetricVerdict], measurement: Measurement) -> None:
+        """Shows, in result.json and with a warning, a planted slowdown that did not slow what is gated."""
+        fraction = self.settings.inject_slowdown
+        if not fraction:
+            return
+        rows = plant_check(fraction, verdicts, measurement.values("planted_fraction"))
+        self.result["plant"] = rows
+        for row in rows:
+            if not row["took"]:
+                applied = "" if row["applied"] is None else f" (the runs applied {row['applied']:.1%})"
+                warnings.warn(PlantNotTakenWarning(
+                    f"{self.plan.run.key}: a planted slowdown of {fraction:.0%}{applied} should move {row['metric']} "
+                    f"by {row['expected_change']:+.1%}, but it moved {row['measured_change']:+.1%} against "
+                    f"{self.reference.where}: the plant did not take, or the machine got that much faster since "
+                    "(A/B in one job, --perf-against, answers drift); this verdict proves nothing about the gate"))
+
+    def repeat_cap(self) -> int:
+        """How many runs an inconclusive verdict may grow to."""
+        return self.settings.repeat_cap
+
+    def may_measure_more(self, measurement: Measurement, cap: int) -> bool:
+        """Whether an inconclusive verdict may launch another run."""
+        return len(measurement.runs) < cap
+
+    def measure_more(self, baseline: baselines.Baseline, cap: int) -> baselines.Baseline:
+        """One more run while a verdict is inconclusive; returns what to judge against next."""
+        self.measurer.launch_once(cap)
+        return baseline
+
+    def _values(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, list[float]]:
+        """The runs' values of each gated metric; under --perf-calibrate scaled by the baseline's probe over the
+        median probe of these runs. The median, not each run's own: the probe's snapshots around a window track
+        a machine that is slower for hours, but miss or exaggerate a burst of a few seconds in one run."""
+        if not self.settings.calibrate:
+            return {name: measurement.values(name) for name in baseline.metrics}
+        probe, key = metrics.CALIBRATION_PROBE, self.plan.run.key
+        reference = baseline.provenance.get("measured", {}).get(probe)
+        readings = measurement.values(probe)
+        if not reference:
+            raise CaseFailed(f"{key}: --perf-calibrate needs the machine-speed probe ({probe}) of the baseline, and "
+                             f"{self.reference.where} has none: re-measure it with --update-baselines")
+        if len(readings) < len(measurement.runs):
+            raise CaseFailed(f"{key}: --perf-calibrate needs the machine-speed probe ({probe}) of every run, and "
+                             "this workload records none; run it without --perf-calibrate")
+        self.result["calibration"] = {"probe": probe, "baseline": reference, "runs": readings}
+        now = stats.median(readings)
+        return {name: [metrics.calibrated(name, value, now, reference) for value in measurement.values(name)]
+                for name in baseline.metrics}
+
+    def no_baseline(self, measurement: Measurement) -> dict[str, Any]:
+        """Nothing to judge against: the measurement is reported, and the case skipped with how to create one."""
+        plan, measured = self.plan, measurement.medians()
+        self.result["verdict"] = "no-baseline"
+        self.result["metrics"] = [
+            {"metric": name, "unit": METRICS[name].unit, "measured": measured[name], "verdict": "no-baseline",
+             "run_values": measurement.values(name)}
+            for name in plan.run.gated
+        ]
+        message = (f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({self.reference.where} "
+                   f"does not exist), so nothing was gated. Create it: pytest '{plan.test_id}' --update-baselines, "
+                   "then review and commit the file.")
+        if self.settings.strict_baselines:
+            raise CaseFailed(message)
+        raise CaseSkipped(message)
+
+    def measure_baseline(self) -> Measurement:
+        """The baseline's runs; a disturbed run (see stats.disturbed) is measured again, up to half as many
+        extra launches as planned, so one slow spell of a shared machine does not become the reference."""
+        planned = self.settings.baseline_repeats
+        measurement = self.measurer.measure(planned)
+        for _ in range(planned // 2):
+            if len(measurement.runs) - len(measurement.disturbed(self.plan.run.gated, self.plan.tolerance_floor)) \
+                    >= planned:
+                break
+            self.measurer.launch_once(planned + planned // 2)
+        return measurement
+
+    def refuse_foreign_overwrite(self, old: baselines.Baseline | None) -> None:
+        """--update-baselines must not silently replace numbers from other hardware or another workload."""
+        if old is None or self.settings.force_baseline_update:
+            return
+        plan = self.plan
+        measured_on = old.provenance.get("hardware", {}).get("detected_class")
+        if old.workload_version != plan.run.case.version:
+            reason = f"workload version {old.workload_version} (the case is version {plan.run.case.version})"
+        elif measured_on is None:
+            reason = "a baseline perfgate did not measure on this kind of machine (a published reference?)"
+        elif measured_on != plan.detected_class:
+            reason = f"hardware class {measured_on} (this machine is {plan.detected_class})"
+        else:
+            return
+        raise CaseFailed(f"{plan.run.key}: refusing to overwrite {self.reference.where}: it holds {reason}. "
+                         "Pass --force-baseline-update to replace it anyway.")
+
+    def update(self, old: baselines.Baseline | None, measurement: Measurement) -> dict[str, Any]:
+        """Writes the runs, less the disturbed ones, as the new baseline; the result shows old against new."""
+        dropped = measurement.disturbed(self.plan.run.gated, self.plan.tolerance_floor)
+        new = self.new_baseline(measurement, dropped)
+        baselines.write(self.reference.where, new)
+        rows = []
+        for name, ref in new.metrics.items():
+            before = old.metrics.get(name) if old else None
+            rows.append({
+                "metric": name, "unit": ref.unit, "measured": ref.value, "tolerance": ref.tolerance,
+                "noise": stats.relative_spread(ref.runs), "runs": len(ref.runs), "run_values": list(ref.runs),
+                "baseline": before.value if before else None,
+                "change": (ref.value - before.value) / before.value if before else None, "verdict": "updated",
+            })
+        self.result.update(verdict="updated", metrics=rows, disturbed_runs=len(dropped))
+        return self.result
+
+    def new_baseline(self, measurement: Measurement, dropped: list[int]) -> baselines.Baseline:
+        """The kept runs' medians, each with a fixed or noise-derived tolerance, and where they came from."""
+        plan = self.plan
+        run, flavour = plan.run, plan.run.flavour
+        kept = Measurement([r for r in measurement.runs if r["run"] not in dropped], measurement.command)
+        new_metrics = {}
+        for name in run.gated:
+            runs = tuple(float(f"{v:.6g}") for v in kept.values(name))
+            tolerance = flavour.tolerance
+            if tolerance is None:
+                tolerance = round(stats.noise_tolerance(runs, flavour.tolerance_floor), 4)
+            new_metrics[name] = baselines.MetricBaseline(
+                value=float(f"{stats.median(runs):.6g}"), better=METRICS[name].better,
+                tolerance=tolerance, unit=METRICS[name].unit, runs=runs,
+            )
+        provenance = hardware.provenance(plan.hardware, root=self._root, command=measurement.command,
+                                         hardware_class_name=plan.hardware_class, nodes=plan.node_hardware)
+        provenance["hardware"]["detected_class"] = plan.detected_class
+        if run.kind == "gpu":
+            nvml, why_not = self._nvml()
+            provenance["hardware"]["nvml"] = gpu_monitor.fingerprint(nvml) or why_not
+        return baselines.Baseline(
+            case=run.key,
+            hardware_class=plan.hardware_class,
+            workload_version=run.case.version,
+            metrics=new_metrics,
+            provenance={**provenance, "pytest_args": self._pytest_args,
+                        "warmup_steps": plan.warmup, "steps": plan.steps, "measured": kept.medians(),
+                        "disturbed_runs": [{"run": r["run"], **{name: r["metrics"][name] for name in run.gated}}
+                                           for r in measurement.runs if r["run"] in dropped]},
+        )
+
+
+def verdict_row(verdict: baselines.MetricVerdict, outcome: str) -> dict[str, Any]:
+    c = verdict.comparison
+    return {
+        "metric": verdict.metric, "unit": verdict.unit, "measured": verdict.measured,
+        "baseline": verdict.baseline, "change": verdict.change, "tolerance": verdict.tolerance,
+        "ci": [c.ci_low, c.ci_high], "p_value": c.p_value, "runs": verdict.runs,
+        "reason": verdict.decision.reason, "verdict": outcome,
+    }
+
+
+def calibration_note(calibration: dict[str, Any] | None) -> list[str]:
+    """The line that says a verdict compared calibrated values, and by how much the machine had moved."""
+    if not calibration:
+        return []
+    now, then = stats.median(calibration["runs"]), calibration["baseline"]
+    return [f"  calibrated (--perf-calibrate): values scaled by the machine-speed probe, {calibration['probe']} "
+            f"{now:.4g} now vs {then:.4g} for the baseline ({now / then - 1:+.1%})"]
+
+
+def machine_speed(baseline: baselines.Baseline, measurement: Measurement) -> str:
+    """A line comparing the machine-speed probe now with the probe when the baseline was measured.
+
+    The probe's kernels do not change with the workload: if it dropped as much as the workload did, the
+    machine (other tenants, clocks) is the likelier suspect than the code. Empty without probe readings.
+    """
+    then = baseline.provenance.get("measured", {})
+    now = measurement.medians()
+    lines = []
+    for name in ("probe_matmul_gflops", "probe_copy_gbps"):
+        if then.get(name) and now.get(name):
+            change = now[name] / then[name] - 1
+            lines.append(f"{name} {now[name]:.4g} vs {then[name]:.4g} ({change:+.1%})")
+    if not lines:
+        return ""
+    return ("machine-speed probe now vs when the baseline was measured: " + ", ".join(lines)
+            + " (a drop as large as the workload's points at the machine, not the code)\n")

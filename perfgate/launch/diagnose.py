@@ -1,0 +1,150 @@
+"""What went wrong in a launch that did not finish cleanly: which rank failed, how, and where its log is.
+
+A failed rank is named with its node and local rank, its exit code or signal, and the tail of its own
+log; the kind (crashed, out-of-memory, setup-error, timeout) comes from what that log says.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from perfgate.launch.spec import LaunchSpec
+
+LOG_TAIL_LINES = 25
+OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|\bMemoryError\b|Cannot allocate memory")
+RENDEZVOUS_ERROR = re.compile(r"Rendezvous\w*(Error|Timeout)|EADDRINUSE|[Aa]ddress already in use")
+"""An agent that could not host or join the c10d rendezvous (port taken, peers never came)."""
+PEER_FAILED = re.compile(r"Connection (closed|reset) by peer|remote worker crash|NCCL communicator was aborted|"
+                         r"Broken pipe")
+"""A rank that failed because another one did (its collective lost the peer): a consequence, not the cause."""
+NCCL_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout")
+"""ProcessGroupNCCL's watchdog aborting a collective that did not finish within the group's timeout: a hang."""
+USAGE_ERROR = re.compile(r"^[\w.-]+: error: ", re.M)
+"""argparse's last line when a workload rejects its arguments: ``unet3d_train.py: error: ...``."""
+
+
+class LaunchFailed(Exception):
+    """A launch that did not finish cleanly; ``kind`` is crashed, out-of-memory, timeout or setup-error."""
+
+    def __init__(self, kind: str, message: str, log_path: Path | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.log_path = log_path
+        self.commands: tuple[tuple[str, ...], ...] = ()
+        """The agents' command lines, as LaunchResult has them (empty if none started)."""
+
+
+def teardown_hung(spec: LaunchSpec, logs: Sequence[Path]) -> LaunchFailed:
+    """The run wrote its end record (its measurement is complete) and then did not exit: a hung teardown."""
+    return LaunchFailed(
+        "timeout",
+        f"a rank did not exit within {spec.teardown_s:g} s of the run's end record (a hung teardown: NCCL's destroy, "
+        f"a loader worker, a collective left pending); killed every process of the run "
+        f"(--perf-teardown-timeout sets the bound). Agent log: {logs[0]}",
+        logs[0],
+    )
+
+
+def timed_out(spec: LaunchSpec, logs: Sequence[Path]) -> LaunchFailed:
+    """A hang in training is a timeout; a hang before any rank started is a rendezvous that never completed."""
+    if not any(list((spec.workdir / f"node{node}").glob("*/attempt_*")) for node in range(spec.nodes)):
+        return LaunchFailed(
+            "setup-error",
+            f"the c10d rendezvous did not complete within {spec.timeout_s:g} s, so no rank started: its port is "
+            f"taken by another program, or a node never joined (--nodes {spec.nodes}); killed every process of the "
+            f"run. Agent log: {logs[0]}",
+            logs[0],
+        )
+    return LaunchFailed(
+        "timeout",
+        f"no exit after the {spec.timeout_s:g} s timeout (hung or too slow); killed every process of the run. "
+        f"Raise --perf-timeout if the case is just slow. Agent log: {logs[0]}",
+        logs[0],
+    )
+
+
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)"
+    r".*?exitcode\s*:\s*(?P<code>-?\d+)",
+    re.S,
+)
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def exit_description(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def rank_log(workdir: Path, node: int, local_rank: int) -> Path | None:
+    matches = sorted((workdir / f"node{node}").glob(f"*/attempt_*/{local_rank}/stderr.log"))
+    return matches[-1] if matches else None
+
+
+def failure_kind(rank_log_tail: str) -> str:
+    """What a failed rank's own last lines say: out of memory, a collective that hung (the NCCL watchdog ends
+    those), a rejected setting, or another crash."""
+    if NCCL_WATCHDOG.search(rank_log_tail):
+        return "timeout"
+    if OUT_OF_MEMORY.search(rank_log_tail):
+        return "out-of-memory"
+    if USAGE_ERROR.search(rank_log_tail):
+        return "setup-error"
+    return "crashed"
+
+
+def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path],
+                     node_names: Sequence[str] = ()) -> LaunchFailed:
+    """Names the first rank that failed, how, and the tail of its own log; else the agent's log. Only nodes
+    whose agent failed are searched; ``node_names`` (a launcher's host names) join the node numbers."""
+    def where(node: int) -> str:
+        return f"node {node} ({node_names[node]})" if node < len(node_names) and node_names[node] else f"node {node}"
+
+    failed_ranks = []
+    for node, log in enumerate(logs):
+        if codes[node] == 0:
+            continue
+        text = log.read_text(errors="replace") if log.exists() else ""
+        match = _ROOT_CAUSE.search(text)
+        if match is None:
+            continue
+        rank, local_rank, code = int(match["rank"]), int(match["local"]), int(match["code"])
+        path = rank_log(spec.workdir, node, local_rank) or log
+        failed_ranks.append((rank, node, local_rank, code, path, tail(path)))
+    if failed_ranks:
+        causes = [failed for failed in failed_ranks if not PEER_FAILED.search(failed[-1])] or failed_ranks
+        rank, node, local_rank, code, path, last_lines = causes[0]
+        kind = failure_kind(last_lines)
+        hung = "a collective hung and the NCCL watchdog ended it: " if NCCL_WATCHDOG.search(last_lines) else ""
+        return LaunchFailed(
+            kind,
+            f"{hung}rank {rank} ({where(node)}, local rank {local_rank}) failed: {exit_description(code)}.\n"
+            f"Last lines of {path}:\n{last_lines}",
+            path,
+        )
+    node = next(i for i, code in enumerate(codes) if code != 0)
+    last_lines = tail(logs[node])
+    cause = ("the c10d rendezvous failed (its port taken, or a node never joined)"
+             if RENDEZVOUS_ERROR.search(last_lines) else "failed")
+    return LaunchFailed(
+        "setup-error",
+        f"torchrun agent on {where(node)} {cause} before any rank ran ({exit_description(codes[node])}); "
+        f"last lines of {logs[node]}:\n{last_lines}",
+        logs[node],
+    )

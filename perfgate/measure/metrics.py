@@ -1,0 +1,193 @@
+"""Metrics of one run, computed from its step records.
+
+The measured window is every step after the first ``warmup`` steps. Step times chain end to end,
+so the window's step times add up to its wall time and samples / seconds is a true throughput.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+
+from perfgate.measure import flops
+from perfgate.records.steps import RunRecords
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    unit: str
+    better: str  # "higher" or "lower"
+    description: str
+
+
+METRICS: dict[str, MetricInfo] = {
+    "samples_per_second": MetricInfo("samples/s", "higher", "global throughput over the measured window"),
+    "steady_samples_per_second": MetricInfo(
+        "samples/s", "higher", "throughput of the window's fastest half of steps: interference from other tenants "
+        "only ever adds time, so this tracks the code's own speed on a shared machine"),
+    "fastest_step_samples_per_second": MetricInfo(
+        "samples/s", "higher", "throughput of the window's fastest step: the run's speed least touched by other "
+        "tenants, as timeit's best-of; any change that slows every step still moves it"),
+    "samples_per_second_per_rank": MetricInfo("samples/s", "higher", "throughput per rank (per GPU)"),
+    "total_time_secs": MetricInfo("s", "lower", "MMoCLIP total time: every step's time except the first"),
+    "step_time_median_s": MetricInfo("s", "lower", "median step time in the measured window"),
+    "step_time_p90_s": MetricInfo("s", "lower", "90th percentile step time in the measured window"),
+    "data_time_share": MetricInfo("fraction", "lower", "share of the window spent waiting for data"),
+    "peak_memory_bytes": MetricInfo("bytes", "lower", "peak memory of the busiest rank"),
+    "flops_per_sample": MetricInfo("FLOP", "lower", "training FLOPs per sample (forward + backward)"),
+    "tflops": MetricInfo("TFLOP/s", "higher", "achieved model TFLOP/s over all ranks"),
+    "mfu": MetricInfo("fraction", "higher", "model FLOPs utilization against the GPUs' dense datasheet peak"),
+    "probe_matmul_gflops": MetricInfo("GFLOP/s", "higher", "machine-speed probe: matmul rate of the slowest rank"),
+    "probe_copy_gbps": MetricInfo("GB/s", "higher", "machine-speed probe: memory copy rate of the slowest rank"),
+    "planted_fraction": MetricInfo(
+        "fraction", "higher", "the planted slowdown as applied: seconds planted in the window over its other seconds "
+        "(--perf-inject-slowdown F plants F)"),
+    "io_samples_per_second": MetricInfo("samples/s", "higher", "benchy IO: the input pipeline alone"),
+    "synthetic_samples_per_second": MetricInfo("samples/s", "higher", "benchy SYNTHETIC: the step on a cached batch"),
+}
+
+
+class MetricsError(ValueError):
+    """Records that cannot give a measurement (too few steps, non-finite loss...)."""
+
+
+class DivergedError(MetricsError):
+    """The loss went NaN or infinite: the run trained nothing, so its timing is no measurement."""
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    samples_per_second: float
+    samples_per_second_per_rank: float
+    total_time_secs: float
+    step_time_median_s: float
+    step_time_p90_s: float
+    data_time_share: float
+    peak_memory_bytes: int | None
+    measured_steps: int
+    warmup_steps: int
+    window_s: float
+    flops_per_sample: float | None = None
+    tflops: float | None = None
+    mfu: float | None = None
+    steady_samples_per_second: float | None = None
+    fastest_step_samples_per_second: float | None = None
+    probe_matmul_gflops: float | None = None
+    probe_copy_gbps: float | None = None
+    io_samples_per_second: float | None = None
+    synthetic_samples_per_second: float | None = None
+    planted_fraction: float | None = None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+CALIBRATION_PROBE = "probe_matmul_gflops"
+"""The machine-speed reading that --perf-calibrate divides by (the slowest rank's matmul rate)."""
+SPEED_UNITS = ("samples/s", "TFLOP/s", "s")
+"""Units of the metrics that move with the machine's speed; memory, FLOPs per sample or shares do not."""
+
+
+def calibrated(metric: str, value: float, probe: float, reference: float) -> float:
+    """``value`` as if the machine had run at the ``reference`` probe reading instead of ``probe``: a rate
+    scales with the machine's speed, a time inversely; other metrics are returned as they are."""
+    info = METRICS[metric]
+    if info.unit not in SPEED_UNITS:
+        return value
+    speedup = reference / probe
+    return value * speedup if info.better == "higher" else value / speedup
+
+
+def slowest_rank(probe: dict | None, kernel: str) -> float | None:
+    """The slowest rank's probe reading (mean of before and after the window): DDP steps go at its pace."""
+    if not probe:
+        return None
+    before, after = probe["before"][kernel], probe["after"][kernel]
+    return min((b + a) / 2 for b, a in zip(before, after))
+
+
+def check_finite(records: RunRecords) -> None:
+    """Raises DivergedError at the first step whose loss is NaN or infinite."""
+    bad = next((s.step for s in records.steps if s.loss is not None and not math.isfinite(s.loss)), None)
+    if bad is not None:
+        raise DivergedError(f"loss is not finite from step {bad}: the run diverged, its timing is not a measurement")
+
+
+def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> RunMetrics:
+    steps = records.steps
+    if warmup < 0:
+        raise MetricsError(f"warm-up must be >= 0 steps, got {warmup}")
+    if len(steps) <= warmup:
+        raise MetricsError(
+            f"the run recorded {len(steps)} steps but {warmup} are warm-up: nothing left to measure; "
+            "run more steps (--perf-steps) or fewer warm-up steps (--perf-warmup)"
+        )
+    check_finite(records)
+    window = steps[warmup:]
+    window_s = sum(s.step_s for s in window)
+    if window_s <= 0:
+        raise MetricsError("the measured window has zero duration")
+    world = world_size or int(records.start.get("world_size", 1))
+    throughput = sum(s.samples for s in window) / window_s
+    times = [s.step_s for s in window]
+    fastest_half = sorted(times)[:max(1, len(times) // 2)]
+    end = records.end or {}
+    per_sample = (records.flops or {}).get("flops_per_sample")
+    gpus = world if records.start.get("device") == "cuda" else 0
+    planted = [s.planted_s for s in window if s.planted_s is not None]
+    return RunMetrics(
+        samples_per_second=throughput,
+        samples_per_second_per_rank=throughput / world,
+        total_time_secs=sum(s.step_s for s in steps[1:]),
+        step_time_median_s=statistics.median(times),
+        step_time_p90_s=percentile(times, 90),
+        data_time_share=sum(s.data_s for s in window) / window_s,
+        peak_memory_bytes=end.get("peak_memory_bytes"),
+        measured_steps=len(window),
+        warmup_steps=warmup,
+        window_s=window_s,
+        flops_per_sample=per_sample,
+        tflops=per_sample * throughput / 1e12 if per_sample else None,
+        mfu=flops.mfu(per_sample, throughput, str(records.start.get("device_name", "")),
+                      str(records.start.get("precision", "")), gpus) if per_sample else None,
+        steady_samples_per_second=sum(s.samples for s in window) / len(window) / statistics.mean(fastest_half),
+        fastest_step_samples_per_second=max(s.samples / s.step_s for s in window if s.step_s > 0),
+        probe_matmul_gflops=slowest_rank(records.probe, "matmul_gflops"),
+        probe_copy_gbps=slowest_rank(records.probe, "copy_gbps"),
+        io_samples_per_second=records.phases.get("io", {}).get("samples_per_second"),
+        synthetic_samples_per_second=records.phases.get("synthetic", {}).get("samples_per_second"),
+        planted_fraction=sum(planted) / (window_s - sum(planted)) if planted and window_s > sum(planted) else None,
+    )
+
+
+def time_accounting(records: RunRecords, warmup: int, launched_at: float,
+                    finished_at: float) -> dict[str, float] | None:
+    """Where one launch's wall-clock time went, in seconds: start-up (launch to the first step: torchrun,
+    imports, model build, FLOP count, compile set-up), warm-up steps, the measured window, after the window
+    (machine-speed probe, benchy phases, end record) and teardown (end record to every process gone).
+    None when the records carry no timestamps (upstream logs, older records)."""
+    steps, end = records.steps, records.end or {}
+    if not steps or steps[-1].t is None or end.get("t") is None:
+        return None
+    first_started = steps[-1].t - sum(s.step_s for s in steps)  # steps chain end to end; the last one is flushed
+    window = steps[warmup:]
+    return {
+        "startup_s": round(first_started - launched_at, 3),
+        "warmup_s": round(sum(s.step_s for s in steps[:warmup]), 3),
+        "window_s": round(sum(s.step_s for s in window), 3),
+        "after_window_s": round(float(end["t"]) - steps[-1].t, 3),
+        "teardown_s": round(finished_at - float(end["t"]), 3),
+        "total_s": round(finished_at - launched_at, 3),
+    }

@@ -1,0 +1,88 @@
+"""Record sources: where a case's workload leaves its step records, and how perfgate reads them, whole after a run
+or as they grow during it (live progress, the teardown clock).
+
+A case names its source (``Case(records=...)``); the default is perfgate's own JSON lines, which the workloads write
+with ``StepRecorder``. ``OpenClipLog`` reads upstream open_clip_train's log instead, so an unmodified program is gated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+from perfgate.records import openclip_log
+from perfgate.records.steps import RecordsTail, RunRecords, StepRecord, read_records, step_from_dict
+
+
+class Follower:
+    """The step records a run has added since the last call, for live progress; ``finished`` once its end record
+    has been seen (a source without one never finishes, and its teardown is then bounded by the timeout only)."""
+
+    def __init__(self, read_new: Callable[[], tuple[list[StepRecord], bool]]) -> None:
+        self._read_new = read_new
+        self.finished = False
+
+    def __call__(self) -> list[StepRecord]:
+        steps, finished = self._read_new()
+        self.finished = self.finished or finished
+        return steps
+
+
+class RecordSource(Protocol):
+    """Where a workload leaves its step records, and how to read them (whole, or as they grow)."""
+
+    def args(self, workdir: Path) -> list[str]: ...
+
+    def read(self, workdir: Path) -> RunRecords: ...
+
+    def follow(self, workdir: Path) -> Follower: ...
+
+
+@dataclass(frozen=True)
+class JsonRecords:
+    """perfgate's own step records: the workload is told where to write them with ``--records``."""
+
+    filename: str = "steps.jsonl"
+
+    def args(self, workdir: Path) -> list[str]:
+        return ["--records", str(workdir / self.filename)]
+
+    def read(self, workdir: Path) -> RunRecords:
+        return read_records(workdir / self.filename)
+
+    def follow(self, workdir: Path) -> Follower:
+        tail = RecordsTail(workdir / self.filename)
+
+        def read_new() -> tuple[list[StepRecord], bool]:
+            new = tail.new_records()
+            return [step_from_dict(obj) for obj in new if obj["kind"] == "step"], any(o["kind"] == "end" for o in new)
+
+        return Follower(read_new)
+
+
+@dataclass(frozen=True)
+class OpenClipLog:
+    """Upstream open_clip_train's rank-0 log (``--log-every-n-steps 1``), read as step records."""
+
+    relpath: str
+
+    def args(self, workdir: Path) -> list[str]:
+        return []
+
+    def read(self, workdir: Path) -> RunRecords:
+        return openclip_log.records_from_log(openclip_log.read_log(workdir / self.relpath))
+
+    def follow(self, workdir: Path) -> Follower:
+        path = workdir / self.relpath
+        seen = [0]
+
+        def new_steps() -> tuple[list[StepRecord], bool]:
+            if not path.exists():
+                return [], False
+            steps = openclip_log.records_from_log(openclip_log.parse_lines(path.read_text(errors="replace").splitlines()))
+            fresh = list(steps.steps[seen[0]:])
+            seen[0] = len(steps.steps)
+            return fresh, False
+
+        return Follower(new_steps)
