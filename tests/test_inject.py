@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from perfgate.measure.plant import SlowdownInjector, busy_wait
-from perfgate.records.steps import StepRecorder
+from perfgate.records.steps import HostClock, StepRecorder
 
 pytestmark = pytest.mark.floor
 FRACTIONS = (0.03, 0.05, 0.10, 0.25)
@@ -107,27 +107,6 @@ def test_nothing_is_planted_before_a_step_after_the_first_resolved_or_at_fractio
         SlowdownInjector(-0.1, "cpu", [])
 
 
-class ThreadClock:
-    """The StepRecorder's host clock, counting this thread's CPU time: a real loop's steps and plants are then fixed
-    work, timed alike however the machine is shared. Wall-clock steps beside other work vary by the scheduler's
-    slices (a busy wait of 50 ms ended at 50 or 54 ms beside two busy processes, 60-70 ms under pytest-xdist
-    beside a training case), which is noise for benchmarks/planted_slowdown.py to average, not for a test."""
-
-    mark = staticmethod(time.thread_time)
-
-    @staticmethod
-    def done(marker: float) -> bool:
-        return True
-
-    @staticmethod
-    def wait(marker: float) -> None:
-        return None
-
-    @staticmethod
-    def seconds(earlier: float, later: float) -> float:
-        return later - earlier
-
-
 def cpu_work(seconds: float) -> None:
     """Burns ``seconds`` of this thread's CPU time, however long that takes on a shared core."""
     deadline = time.thread_time() + seconds
@@ -136,8 +115,12 @@ def cpu_work(seconds: float) -> None:
 
 
 def real_cpu_loop(path, fraction: float, step_work: Sequence[float]) -> list[float]:
-    """A CPU loop through the real StepRecorder and SlowdownInjector, on the thread's CPU clock."""
-    recorder = StepRecorder(path, device_type="cpu", clock=ThreadClock())
+    """A CPU loop through the real StepRecorder and SlowdownInjector, on this thread's CPU clock: its steps and plants
+    are then fixed work, timed alike however the machine is shared. Wall-clock steps beside other work vary by the
+    scheduler's slices (a busy wait of 50 ms ended at 50 or 54 ms beside two busy processes, 60-70 ms under
+    pytest-xdist beside a training case), which is noise for benchmarks/planted_slowdown.py to average, not for a
+    test."""
+    recorder = StepRecorder(path, device_type="cpu", clock=HostClock(time.thread_time))
     injector = SlowdownInjector(fraction, "cpu", recorder.step_times, host_busy=cpu_work, clock=time.thread_time)
     recorder.begin()
     injector.begin()

@@ -6,22 +6,8 @@ amp-synthetic case is the one NGC publishes (2470 images/s on one A100-80GB, 166
 on one H100), a default case on GPU (its CPU flavour skips: fp16 AMP is a GPU mode).
 """
 
-from matrix_axes import (
-    BATCH,
-    BUCKET,
-    COMPILE,
-    CUDA_GRAPHS,
-    DDP,
-    LOADER,
-    ONCE_PER_CASE,
-    OPTIMIZER,
-    PRECISION,
-    RULES,
-    SYNC_BUFFERS,
-    WORKERS,
-    Axis,
-    no_workers_without_loader,
-)
+from matrix_axes import (BATCH, BUCKET, COMPILE, CUDA_GRAPHS, DDP, LOADER, ONCE_PER_CASE, OPTIMIZER, PRECISION, RULES,
+                         SYNC_BUFFERS, WORKERS, Axis, no_workers_without_loader)
 
 from perfgate import CPU_TOLERANCE_FLOOR, Flavour, Matrix, parametrize
 

@@ -5,21 +5,8 @@ ranks of one thread. GPU flavour: base width 64 (~117 M parameters), local batch
 as the tutorial's single-A100 runs (84-87 samples/s with 2 workers ... 496-542 with DALI + AMP + JIT).
 """
 
-from matrix_axes import (
-    BATCH,
-    BUCKET,
-    COMPILE,
-    CUDA_GRAPHS,
-    DDP,
-    LOADER,
-    ONCE_PER_CASE,
-    OPTIMIZER,
-    PRECISION,
-    RULES,
-    SYNC_BUFFERS,
-    WORKERS,
-    no_workers_without_loader,
-)
+from matrix_axes import (BATCH, BUCKET, COMPILE, CUDA_GRAPHS, DDP, LOADER, ONCE_PER_CASE, OPTIMIZER, PRECISION, RULES,
+                         SYNC_BUFFERS, WORKERS, no_workers_without_loader)
 
 from perfgate import CPU_TOLERANCE_FLOOR, Flavour, Matrix, parametrize
 

@@ -19,14 +19,8 @@ import time
 import uuid
 from typing import Mapping, Sequence
 
-from perfgate.launch.agents import (
-    free_port,
-    kill_run,
-    node_agent_command,
-    read_node_hardware,
-    run_processes,
-    wait_for_agents,
-)
+from perfgate.launch.agents import (free_port, kill_run, node_agent_command, read_node_hardware, run_processes,
+                                    wait_for_agents)
 from perfgate.launch.diagnose import LaunchFailed, diagnose_failure
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll

@@ -137,11 +137,15 @@ class RecordsTail:
         return [obj for obj in (parse_line(line, str(self.path)) for line in lines) if obj]
 
 
-class _WallClock:
-    """Host timestamps; used on CPU, where a step's work is done when the Python call returns."""
+class HostClock:
+    """Host timestamps; used on CPU, where a step's work is done when the Python call returns. ``now`` is the
+    time source: wall time (``time.perf_counter``) for measuring, another (a thread's CPU time) for tests."""
+
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
+        self._now = now
 
     def mark(self) -> float:
-        return time.perf_counter()
+        return self._now()
 
     @staticmethod
     def done(marker: float) -> bool:
@@ -218,7 +222,7 @@ class StepRecorder:
             import torch
 
             self._torch = torch
-        self._clock = clock or (_CudaClock(self._torch) if self._cuda else _WallClock())
+        self._clock = clock or (_CudaClock(self._torch) if self._cuda else HostClock())
         self._pending: list[_PendingStep] = []
         self._spare_pinned: list[Any] = []
         """Pinned host buffers of resolved steps, reused: the device has passed their copies."""
