@@ -93,6 +93,23 @@ class Case:
     later_runs_args: tuple[str, ...] = ()
     """Flags for every launch of the case after its first, which skip what the workload measures once per case
     (perfgate's workloads: ``--no-count-flops``); the flavour's benchy phases likewise run in the first only."""
+    cwd: str | None = None
+    """The directory an instrumented script (``records=OptimizerSteps(...)``) starts in, relative to the rootdir; its
+    entry is then relative to it too. None: the run's own directory, with the entry relative to the rootdir."""
+
+    def __post_init__(self) -> None:
+        if not self.records.instruments:
+            if self.cwd is not None:
+                raise ValueError(f"{self.workload}-{self.name}: cwd= is for unmodified scripts "
+                                 "(records=OptimizerSteps(...)); perfgate's own workloads start in the run's directory")
+            return
+        for kind in ("cpu", "gpu"):
+            flavour = getattr(self, kind)
+            if flavour is None:
+                continue
+            if flavour.steps is None or flavour.target_ci is not None or flavour.benchy_steps:
+                raise ValueError(f"{self.workload}-{self.name}-{kind}: an unmodified script's length is a number of "
+                                 "optimizer steps: give Flavour(steps=N), without target_ci or benchy_steps")
 
 
 @dataclass(frozen=True)
@@ -126,10 +143,25 @@ class CaseRun:
         return baseline_path(root, hardware_class, self.key)
 
     def argv(self, workdir: Path, steps: int | None, world_size: int, warmup: int = 0,
-             inject_slowdown: float = 0.0, first_run: bool = True) -> list[str]:
-        """The workload's command line; the case's first run adds the flavour's IO/SYNTHETIC phases, later runs
-        ``later_runs_args``."""
+             inject_slowdown: float = 0.0, first_run: bool = True, root: Path | None = None,
+             timeout_s: float | None = None) -> list[str]:
+        """The workload's command line, its script resolved against ``root`` (the rootdir) where given; the case's
+        first run adds the flavour's IO/SYNTHETIC phases, later runs ``later_runs_args``. An instrumented script gets
+        only its own arguments, behind the wrapper that counts its optimizer steps."""
         flavour = self.flavour
+        entry = list(self.case.entry)
+        later = [] if first_run else list(self.case.later_runs_args)
+        if self.case.records.instruments:
+            cwd = Path(root or ".") / self.case.cwd if self.case.cwd is not None else None
+            if entry[0] != "-m" and cwd is None and root is not None:
+                entry[0] = str((root / entry[0]).resolve())
+            assert steps is not None
+            return self.case.records.wrap([*entry, *to_flags(flavour.args), *later], workdir,
+                                          device="cuda" if self.kind == "gpu" else "cpu", steps=steps, warmup=warmup,
+                                          inject_slowdown=inject_slowdown, cwd=cwd,
+                                          timeout_s=timeout_s or flavour.timeout_s)
+        if root is not None and entry[0] != "-m":
+            entry[0] = str((root / entry[0]).resolve())
         args = dict(flavour.args)
         if first_run and flavour.benchy_steps:
             args["benchy-steps"] = flavour.benchy_steps
@@ -139,8 +171,7 @@ class CaseRun:
             args.update({"target-ci": flavour.target_ci, "min-steps": flavour.min_steps or warmup + 10,
                          "warmup": warmup})
         planted = [self.case.inject_flag, str(inject_slowdown)] if inject_slowdown and self.case.inject_flag else []
-        later = [] if first_run else list(self.case.later_runs_args)
-        return [*self.case.entry, *to_flags(args), *self.case.records.args(workdir), *planted, *later]
+        return [*entry, *to_flags(args), *self.case.records.args(workdir), *planted, *later]
 
 
 def to_flags(args: Mapping[str, Any]) -> list[str]:

@@ -122,9 +122,7 @@ class Measurer:
         index = len(measurement.runs)
         run_dir = plan.spec.workdir / f"run{index}"
         argv = plan.run.argv(run_dir, plan.steps, plan.world_size, plan.warmup, self._inject_slowdown,
-                             first_run=index == 0)
-        if argv[0] != "-m":
-            argv[0] = str((self._root / argv[0]).resolve())
+                             first_run=index == 0, root=self._root, timeout_s=plan.spec.timeout_s)
         spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv)
         label = f"{self._label} run {index + 1}/{max(planned, index + 1)}"
         progress = Progress(label, plan.steps, self._say, overwrite=self._tty)

@@ -30,7 +30,12 @@ class Follower:
 
 
 class RecordSource(Protocol):
-    """Where a workload leaves its step records, and how to read them (whole, or as they grow)."""
+    """Where a workload leaves its step records, and how to read them (whole, or as they grow).
+
+    A source that ``instruments`` runs the program unmodified and counts its steps from outside: ``wrap`` gives the
+    command that does so. Otherwise the program writes its records itself, with ``args`` telling it where."""
+
+    instruments: bool
 
     def args(self, workdir: Path) -> list[str]: ...
 
@@ -44,6 +49,7 @@ class JsonRecords:
     """perfgate's own step records: the workload is told where to write them with ``--records``."""
 
     filename: str = "steps.jsonl"
+    instruments = False
 
     def args(self, workdir: Path) -> list[str]:
         return ["--records", str(workdir / self.filename)]
@@ -66,6 +72,7 @@ class OpenClipLog:
     """Upstream open_clip_train's rank-0 log (``--log-every-n-steps 1``), read as step records."""
 
     relpath: str
+    instruments = False
 
     def args(self, workdir: Path) -> list[str]:
         return []
@@ -86,3 +93,49 @@ class OpenClipLog:
             return fresh, False
 
         return Follower(new_steps)
+
+
+@dataclass(frozen=True)
+class OptimizerSteps:
+    """An unmodified training script's optimizer steps as the step records (``perfgate.measure.instrument``).
+
+    ``samples_per_step`` is per rank and per optimizer step (with gradient accumulation: micro-batches x micro-batch
+    size); ``unit`` names what a sample is (samples, tokens, images). ``optimizer`` names the primary optimizer's
+    class where a script steps several; ``flops_per_sample`` gives TFLOP/s and MFU. The script's argv stays exactly
+    the case's entry and arguments: the length, the records and the plant all go through the wrapper."""
+
+    samples_per_step: int
+    unit: str = "samples"
+    optimizer: str | None = None
+    flops_per_sample: float | None = None
+    filename: str = "steps.jsonl"
+    instruments = True
+
+    def __post_init__(self) -> None:
+        if self.samples_per_step < 1:
+            raise ValueError(f"OptimizerSteps(samples_per_step=...) must be >= 1, got {self.samples_per_step}")
+
+    def wrap(self, program: list[str], workdir: Path, *, device: str, steps: int, warmup: int, inject_slowdown: float,
+             cwd: Path | None, timeout_s: float) -> list[str]:
+        """The rank's command: the wrapper, its settings, then ``--`` and the program as it is."""
+        options = ["--records", str(workdir / self.filename), "--steps", str(steps), "--warmup", str(warmup),
+                   "--samples-per-step", str(self.samples_per_step), "--unit", self.unit, "--device", device,
+                   "--no-step-timeout", f"{0.9 * timeout_s:g}"]
+        if self.optimizer:
+            options += ["--optimizer", self.optimizer]
+        if self.flops_per_sample:
+            options += ["--flops-per-sample", str(self.flops_per_sample)]
+        if inject_slowdown:
+            options += ["--inject-slowdown", str(inject_slowdown)]
+        if cwd is not None:
+            options += ["--cwd", str(cwd)]
+        return ["-m", "perfgate.measure.instrument", *options, "--", *program]
+
+    def args(self, workdir: Path) -> list[str]:
+        return []
+
+    def read(self, workdir: Path) -> RunRecords:
+        return JsonRecords(self.filename).read(workdir)
+
+    def follow(self, workdir: Path) -> Follower:
+        return JsonRecords(self.filename).follow(workdir)

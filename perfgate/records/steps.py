@@ -186,7 +186,8 @@ class _CudaClock:
 
 @dataclass
 class _PendingStep:
-    step: int
+    step: int | None
+    """None for a gap: an interval that is not a step (see StepRecorder.end_gap)."""
     samples: int
     data_s: float
     lr: float | None
@@ -254,19 +255,27 @@ class StepRecorder:
     def end_step(self, step: int, samples: int, data_s: float, lr: float | None, scalars: dict[str, Any],
                  planted_s: float | None = None) -> None:
         """Closes a step; ``scalars`` are 0-d tensors (loss, logit scale...) read once the step is done;
-        ``planted_s`` what a planted slowdown added to it."""
+        ``planted_s`` what a planted slowdown added to it. A nonzero ``update_skipped`` scalar (a fused optimizer's
+        ``found_inf``) makes the step a gap: its interval is left out, as an update that did not happen."""
         if not self.active:
             return
         names = list(scalars)
-        stacked = self._torch.stack([scalars[name].detach().float().reshape(()) for name in names])
-        if self._cuda:
-            host = self._pinned_buffer(len(names))
-            host.copy_(stacked, non_blocking=True)
-        else:
-            host = stacked
+        host = None
+        if names:
+            stacked = self._torch.stack([scalars[name].detach().float().reshape(()) for name in names])
+            if self._cuda:
+                host = self._pinned_buffer(len(names))
+                host.copy_(stacked, non_blocking=True)
+            else:
+                host = stacked
         self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host), planted_s))
         self._data_started = time.perf_counter()
         self._resolve(block=False)
+
+    def end_gap(self) -> None:
+        """Ends an interval that is not a step (an update the GradScaler skipped): the next step is timed from here."""
+        if self.active:
+            self._pending.append(_PendingStep(None, 0, 0.0, None, self._clock.mark(), ([], None)))
 
     def _pinned_buffer(self, size: int) -> Any:
         """A pinned buffer for one step's scalars: a spare one once steps resolve, so a step allocates nothing."""
@@ -283,12 +292,14 @@ class StepRecorder:
                 self._clock.wait(pending.end_marker)
             step_s = self._clock.seconds(self._last_end, pending.end_marker)
             self._last_end = pending.end_marker
+            names, host = pending.scalars
+            values = dict(zip(names, (float(v) for v in host.tolist()))) if host is not None else {}
+            if self._cuda and host is not None:
+                self._spare_pinned.append(host)
+            if pending.step is None or values.pop("update_skipped", 0.0) > 0:
+                continue
             self.last_step_s = step_s
             self.step_times.append(step_s)
-            names, host = pending.scalars
-            values = dict(zip(names, (float(v) for v in host.tolist())))
-            if self._cuda:
-                self._spare_pinned.append(host)
             record = StepRecord(pending.step, pending.samples, step_s, pending.data_s, values.get("loss"), pending.lr,
                                 time.time(), pending.planted_s)
             self.write("step", **{k: v for k, v in asdict(record).items() if k != "planted_s" or v is not None})

@@ -1,0 +1,220 @@
+"""Gate an unmodified training script: its optimizer steps are the step records.
+
+``python -m perfgate.measure.instrument --records PATH --steps N --warmup W --samples-per-step S -- SCRIPT ARGS...``
+is what a rank runs under torchrun for a case with ``records=OptimizerSteps(...)``. Before the script runs it
+registers torch's global optimizer step hook (``torch.optim.optimizer.register_optimizer_step_post_hook``), then
+runs the script as ``__main__`` with exactly its own argv. Each step of the primary optimizer ends a step, timed
+by the same StepRecorder the workloads use (CUDA events resolved late on a GPU, the host clock on CPU) and
+lengthened by the same plant. After warm-up + steps optimizer steps every rank meets at a barrier and leaves
+with exit code 0, so no collective is left pending and the records are complete.
+
+What counts as a step, and the traps in how torch, Lightning and accelerate implement ``step``:
+
+- One optimizer step is one step, whatever it took: with gradient accumulation, its samples are micro-batches
+  x micro-batch size (the case's ``samples_per_step``, per rank).
+- Only the primary optimizer counts: the case names its class, or it is the first optimizer that steps. Other
+  optimizers' steps (a second model, one optimizer per parameter group) are counted apart, never as steps.
+- An update the GradScaler skipped (inf/NaN gradients under fp16) is not a step: non-fused optimizers are then not
+  called at all, which the scaler's ``update`` reveals; fused ones are called with ``found_inf`` set, which is read
+  when the step resolves (no synchronize). The skipped interval is left out of the timing and counted.
+- Lightning runs forward and backward inside ``optimizer.step(closure)``; only the post hook is used, so the
+  step-to-step interval is the whole iteration either way.
+- A script that ends, or runs ``--no-step-timeout`` seconds, without the steps asked for (a wrong entry, an
+  optimizer that is not a ``torch.optim.Optimizer``) stops with an error naming the hook and what it saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import runpy
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+import torch
+import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from perfgate.measure.plant import SlowdownInjector
+from perfgate.records.steps import StepRecorder
+
+PROG = "perfgate.measure.instrument"
+
+
+def fail(message: str) -> NoReturn:
+    """A setup error, worded as a usage error so the launch names it as one; leaves at once (the script's threads
+    and collectives are not waited for)."""
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    os._exit(2)
+
+
+class OptimizerStepCounter:
+    """Turns the primary optimizer's steps into step records and stops the script after ``warmup + steps``."""
+
+    def __init__(self, args: argparse.Namespace, rank: int, world_size: int) -> None:
+        self.target = args.warmup + args.steps
+        self.samples = args.samples_per_step * world_size
+        self.primary_name = args.optimizer
+        self.primary: weakref.ref | None = None
+        self.device_type = args.device
+        self.recorder = StepRecorder(args.records if rank == 0 else None, device_type=self.device_type)
+        self.injector = SlowdownInjector(args.inject_slowdown, self.device_type, self.recorder.step_times)
+        self.steps = 0
+        self.found_infs: list[torch.Tensor] = []
+        """Fused optimizers' ``found_inf`` of each step since the last count: read together, once, at the end."""
+        self.other_steps: dict[str, int] = {}
+        self.skipped_updates = 0
+        self.stepped_since_update = False
+        self.started = time.monotonic()
+        self.recorder.write("start", source="optimizer_steps", program=args.program, world_size=world_size,
+                            samples_per_step=args.samples_per_step, unit=args.unit, optimizer=args.optimizer)
+        if args.flops_per_sample:
+            self.recorder.write("flops", flops_per_sample=args.flops_per_sample, declared=True)
+
+    def install(self) -> None:
+        register_optimizer_step_post_hook(self.after_step)
+        scaler_update = torch.amp.GradScaler.update
+        counter = self
+
+        def update(scaler: Any, *args: Any, **kwargs: Any) -> None:
+            counter.scaler_updated()
+            return scaler_update(scaler, *args, **kwargs)
+
+        torch.amp.GradScaler.update = update
+        self.recorder.begin()
+        self.injector.begin()
+
+    def is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
+        if self.primary_name is not None:
+            return type(optimizer).__name__ == self.primary_name
+        if self.primary is None or self.primary() is None:
+            self.primary = weakref.ref(optimizer)
+        return self.primary() is optimizer
+
+    def after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.is_primary(optimizer):
+            name = type(optimizer).__name__
+            self.other_steps[name] = self.other_steps.get(name, 0) + 1
+            return
+        self.stepped_since_update = True
+        found_inf = getattr(optimizer, "found_inf", None)
+        scalars = {}
+        if found_inf is not None:
+            scalars["update_skipped"] = found_inf
+            self.found_infs.append(found_inf)
+        planted = self.injector.pause()
+        self.recorder.end_step(self.steps, samples=self.samples, data_s=0.0, lr=optimizer.param_groups[0].get("lr"),
+                               scalars=scalars, planted_s=planted if self.injector.fraction else None)
+        self.steps += 1
+        if self.steps >= self.target and self.count_fused_skips() == 0:
+            self.finish()
+
+    def count_fused_skips(self) -> int:
+        """Updates a fused optimizer was called for but skipped (``found_inf``): not steps, so the run goes on for as
+        many more. Every rank reads the same flags (the gradients are all-reduced), so all agree where to stop; one
+        device read, at the end."""
+        if not self.found_infs:
+            return 0
+        skipped = int(torch.stack([t.reshape(()).float() for t in self.found_infs]).gt(0).sum().item())
+        self.found_infs.clear()
+        self.steps -= skipped
+        self.skipped_updates += skipped
+        return skipped
+
+    def scaler_updated(self) -> None:
+        """GradScaler.update ends every iteration; one in which the primary optimizer never stepped was skipped."""
+        if not self.stepped_since_update:
+            self.skipped_updates += 1
+            self.recorder.end_gap()
+        self.stepped_since_update = False
+
+    def finish(self) -> NoReturn:
+        """Every rank reached the last step: the records end, the ranks meet once, and leave with exit code 0."""
+        peak, kind = peak_memory(self.device_type)
+        self.recorder.close(steps_run=self.steps, skipped_updates=self.skipped_updates,
+                            other_optimizer_steps=self.other_steps, peak_memory_bytes=peak, peak_memory_kind=kind)
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    def seen(self) -> str:
+        others = ", ".join(f"{n} x{c}" for n, c in self.other_steps.items()) or "none"
+        return (f"{self.steps} step(s) of the primary optimizer ({self.primary_name or 'the first to step'}), "
+                f"other optimizers' steps: {others}, skipped updates: {self.skipped_updates}")
+
+
+def peak_memory(device_type: str) -> tuple[int, str]:
+    if device_type == "cuda":
+        return torch.cuda.max_memory_allocated(), "cuda max_memory_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host max RSS"
+
+
+def watch_for_steps(counter: OptimizerStepCounter, timeout_s: float) -> None:
+    """Ends a script that runs ``timeout_s`` without the steps asked for, saying what the hook saw."""
+    def check() -> None:
+        fail(f"no end after {timeout_s:g} s: {counter.seen()} of the {counter.target} asked for "
+             "(torch.optim.optimizer.register_optimizer_step_post_hook sees only torch.optim.Optimizer subclasses: "
+             "is the entry the training script, and does it step a torch optimizer?)")
+
+    timer = threading.Timer(timeout_s, check)
+    timer.daemon = True
+    timer.start()
+
+
+def run_program(program: Sequence[str]) -> None:
+    """Runs the script (or ``-m module``) as ``__main__`` with exactly its own argv, as python would."""
+    if program[0] == "-m":
+        sys.argv = [program[1], *program[2:]]
+        runpy.run_module(program[1], run_name="__main__", alter_sys=True)
+        return
+    script = Path(program[0]).resolve()
+    if not script.is_file():
+        fail(f"the entry script {program[0]} does not exist (in {os.getcwd()})")
+    sys.argv = list(program)
+    sys.path[0] = str(script.parent)
+    runpy.run_path(program[0], run_name="__main__")
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=Path, required=True, help="where rank 0 writes the step records")
+    parser.add_argument("--steps", type=int, required=True, help="measured optimizer steps")
+    parser.add_argument("--warmup", type=int, default=0, help="optimizer steps before the measured ones")
+    parser.add_argument("--samples-per-step", type=int, required=True, help="samples per rank per optimizer step")
+    parser.add_argument("--unit", default="samples", help="what a sample is (samples, tokens, images)")
+    parser.add_argument("--optimizer", help="the primary optimizer's class name (default: the first that steps)")
+    parser.add_argument("--flops-per-sample", type=float, help="training FLOPs per sample, for TFLOP/s and MFU")
+    parser.add_argument("--inject-slowdown", type=float, default=0.0, help="plant this fraction of each step")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the steps run (their clock)")
+    parser.add_argument("--cwd", type=Path, help="the directory the script starts in")
+    parser.add_argument("--no-step-timeout", type=float, default=3600.0,
+                        help="seconds without the steps asked for before the script is stopped with an error")
+    parser.add_argument("program", nargs=argparse.REMAINDER, help="-- SCRIPT ARGS... or -- -m MODULE ARGS...")
+    args = parser.parse_args(argv)
+    args.program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not args.program:
+        parser.error("no program to run: give it after --")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    if args.cwd is not None:
+        os.chdir(args.cwd)
+    counter = OptimizerStepCounter(args, int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
+    counter.install()
+    watch_for_steps(counter, args.no_step_timeout)
+    run_program(args.program)
+    fail(f"the script ended after {counter.seen()}, before the {counter.target} optimizer steps asked for "
+         f"(warm-up {args.warmup} + steps {args.steps}): give it more iterations, or the case fewer steps")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""Gating an unmodified training script: OptimizerSteps counts its optimizer steps from outside
+(perfgate.measure.instrument) and writes perfgate's step records, with the traps of how ``step`` is called."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO, leftover_processes
+
+OWN_SCRIPT = REPO / "tests" / "own_script"
+INSTRUMENT = [sys.executable, "-m", "perfgate.measure.instrument"]
+
+
+def instrument(tmp_path, script_text=None, *, steps=5, warmup=2, samples=8, extra=(), cwd=None, program=None,
+               timeout=120):
+    """Runs the wrapper over one process (no torchrun): the script is ``script_text`` or ``program``."""
+    if script_text is not None:
+        (tmp_path / "script.py").write_text(textwrap.dedent(script_text))
+        program = ["script.py"]
+    records = tmp_path / "steps.jsonl"
+    done = subprocess.run([*INSTRUMENT, "--records", str(records), "--steps", str(steps), "--warmup", str(warmup),
+                           "--samples-per-step", str(samples), "--cwd", str(cwd or tmp_path), *extra, "--", *program],
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    lines = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
+    return done, [r for r in lines if r["kind"] == "step"], next((r for r in lines if r["kind"] == "end"), None)
+
+
+LOOP = """
+    import sys, time, torch
+    model = torch.nn.Linear(8, 1)
+    {setup}
+    for it in range(100000):
+        {body}
+"""
+
+
+def loop(setup, body):
+    return LOOP.format(setup=textwrap.indent(textwrap.dedent(setup), "    ").strip(),
+                       body=textwrap.indent(textwrap.dedent(body), "        ").strip())
+
+
+def test_the_scripts_own_arguments_and_directory_and_a_step_per_optimizer_step_with_accumulation(tmp_path):
+    """The script sees exactly its own argv and starts in its cwd; 4 micro-batches per step are one step."""
+    done, steps, end = instrument(tmp_path, program=["train.py", "--accum=4", "--lr=3e-4"], cwd=OWN_SCRIPT,
+                                  samples=64, steps=6, warmup=2)
+    assert done.returncode == 0, done.stderr
+    assert [s["step"] for s in steps] == list(range(8)) and {s["samples"] for s in steps} == {64}
+    assert end["steps_run"] == 8 and end["skipped_updates"] == 0
+    logged = [line for line in done.stderr.splitlines() if " own_train iter " in line]
+    assert len(logged) == 7, "the run ended inside the 8th optimizer step, before the script logged it"
+
+
+def test_argv_is_exactly_the_entry(tmp_path):
+    done, steps, _ = instrument(tmp_path, loop(
+        "import json, os; open('seen.json', 'w').write(json.dumps([sys.argv, os.getcwd()])); "
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+        "model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()"), extra=(), steps=3)
+    argv, cwd = json.loads((tmp_path / "seen.json").read_text())
+    assert done.returncode == 0 and argv == ["script.py"] and cwd == str(tmp_path) and len(steps) == 5
+
+
+def test_several_optimizers_count_one_step_per_iteration_and_the_case_can_name_the_primary(tmp_path):
+    two = loop("a = torch.optim.SGD(model.parameters(), lr=0.1); b = torch.optim.Adam(model.parameters(), lr=0.1)",
+               "model(torch.randn(4, 8)).sum().backward(); a.step(); b.step(); a.zero_grad()")
+    done, steps, end = instrument(tmp_path, two, steps=4, warmup=1)
+    # The run ends inside the primary's 5th step: the other stepped after it 4 times, or before it 5 times.
+    assert done.returncode == 0 and len(steps) == 5 and end["other_optimizer_steps"] == {"Adam": 4}
+    done, steps, end = instrument(tmp_path, two, steps=4, warmup=1, extra=("--optimizer", "Adam"))
+    assert done.returncode == 0 and len(steps) == 5 and end["other_optimizer_steps"] == {"SGD": 5}
+
+
+def test_a_step_per_parameter_group_optimizer_counts_once(tmp_path):
+    """One optimizer per parameter group, stepped in turn: the first is the primary, so an iteration is one step."""
+    per_group = loop("opts = [torch.optim.SGD([p], lr=0.1) for p in model.parameters()]",
+                     "model(torch.randn(4, 8)).sum().backward()\n[o.step() for o in opts]")
+    done, steps, end = instrument(tmp_path, per_group, steps=3, warmup=1)
+    assert done.returncode == 0 and len(steps) == 4 and end["other_optimizer_steps"] == {"SGD": 3}
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+def test_updates_the_grad_scaler_skipped_are_counted_and_not_timed(tmp_path, fused):
+    """Iterations 3 and 6 overflow and sleep 0.3 s: a plain optimizer is then never called (the scaler's update
+    shows it), a fused one is called with found_inf set. Neither is a step, nor in any step's time."""
+    script = loop(f"""
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused={fused})
+        scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=1000)""", """
+        bad = it in (3, 6)
+        loss = model(torch.randn(4, 8)).sum() * (float("inf") if bad else 1.0)
+        if bad:
+            time.sleep(0.3)
+        scaler.scale(loss).backward(); scaler.step(opt); scaler.update(); opt.zero_grad()""")
+    done, steps, end = instrument(tmp_path, script, steps=6, warmup=2)
+    assert done.returncode == 0, done.stderr
+    assert len(steps) == 8 and end["steps_run"] == 8 and end["skipped_updates"] == 2
+    assert max(s["step_s"] for s in steps[1:]) < 0.25, [round(s["step_s"], 3) for s in steps]
+
+
+def test_a_step_whose_closure_runs_forward_and_backward_is_timed_step_to_step(tmp_path):
+    """Lightning's precision plugin calls optimizer.step(closure): the work is inside the step. Post hook to post
+    hook is still the whole iteration."""
+    script = loop("opt = torch.optim.SGD(model.parameters(), lr=0.1)", """
+        def closure():
+            time.sleep(0.05)
+            opt.zero_grad()
+            loss = model(torch.randn(4, 8)).sum()
+            loss.backward()
+            return loss
+        opt.step(closure)""")
+    done, steps, _ = instrument(tmp_path, script, steps=4, warmup=1)
+    assert done.returncode == 0 and len(steps) == 5
+    assert all(0.05 <= s["step_s"] < 0.5 for s in steps[1:])
+
+
+def test_a_script_that_never_steps_a_torch_optimizer_stops_with_what_the_hook_saw(tmp_path):
+    script = loop("""
+        class Homemade:
+            def step(self):
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p -= 0.1 * p.grad
+        opt = Homemade()""", "model(torch.randn(4, 8)).sum().backward(); opt.step(); time.sleep(0.01)")
+    done, steps, end = instrument(tmp_path, script, extra=("--no-step-timeout", "3"))
+    assert done.returncode == 2 and steps == [] and end is None
+    assert "perfgate.measure.instrument: error: no end after 3 s: 0 step(s)" in done.stderr
+    assert "register_optimizer_step_post_hook" in done.stderr and "torch.optim.Optimizer" in done.stderr
+
+
+def test_a_script_that_ends_before_the_steps_asked_for_says_so(tmp_path):
+    done, steps, _ = instrument(tmp_path, program=["train.py", "--max-iters=3"], cwd=OWN_SCRIPT, steps=5, warmup=2)
+    assert done.returncode == 2 and len(steps) == 3
+    assert "error: the script ended after 3 step(s)" in done.stderr and "before the 7 optimizer steps" in done.stderr
+
+
+SUITE = f"""
+from perfgate import Case, Flavour, OptimizerSteps, parametrize
+
+OWN = dict(cwd={str(OWN_SCRIPT)!r}, records=OptimizerSteps(samples_per_step=64))
+CASES = [
+    Case("own", "mlp", ("train.py", "--lr=3e-4"), cpu=Flavour({{}}, steps=16, warmup=3, tolerance=0.25, timeout_s=240),
+         **OWN),
+    Case("own", "crash", ("train.py", "--crash-at=3"), cpu=Flavour({{}}, steps=16, warmup=3, timeout_s=240), **OWN),
+]
+
+@parametrize(CASES)
+def test_own(perfgate, case):
+    perfgate.check(case)
+"""
+CLASS = "pinned-cpu-class"
+PINNED = ["--baseline-dir", "b", "--hardware-class", CLASS, "-p", "no:cacheprovider",
+          "--perf-repeats", "2", "--perf-baseline-repeats", "3", "--perf-max-repeats", "3"]
+
+
+def logged_step_times(run_dir):
+    """The script's own log lines (rank 0's stderr): iteration -> its step time."""
+    logs = list(run_dir.glob("node0/*/attempt_0/0/stderr.log"))
+    assert logs, f"no rank-0 log under {run_dir}"
+    times = {}
+    for line in logs[0].read_text().splitlines():
+        if " own_train iter " in line:
+            words = line.split()
+            times[int(words[words.index("iter") + 1])] = float(words[words.index("step_time") + 1].rstrip("s"))
+    return times
+
+
+def test_an_unmodified_script_is_baselined_passes_unchanged_fails_planted_and_crashes_as_a_crash(pytester):
+    """The own script on 2 gloo ranks under torchrun: a fresh baseline, an unchanged session that passes, a planted
+    50 % slowdown that fails, a crash at iteration 3 named as one, and the script's own step times matching the
+    window perfgate measured."""
+    pytester.makepyfile(test_suite=SUITE)
+
+    def run(*args):
+        return pytester.runpytest_subprocess(*PINNED, *args, timeout=600)
+
+    run("-k", "mlp", "--update-baselines").assert_outcomes(passed=1)
+    stored = json.loads((pytester.path / "b" / CLASS / "own-mlp-cpu.json").read_text())
+    assert stored["provenance"]["command"].count("perfgate.measure.instrument") == 1
+
+    unchanged = run("-k", "mlp")
+    unchanged.assert_outcomes(passed=1)
+    case_dir = max(pytester.path.rglob("test_own_mlp_cpu*/result.json"), key=lambda p: p.stat().st_mtime).parent
+    result = json.loads((case_dir / "result.json").read_text())
+    for run_record in result["per_run"]:
+        assert len(run_record["step_times_s"]) == 19, "warm-up 3 + 16 steps, with 100000 iterations configured"
+    ours, theirs = result["per_run"][0]["step_times_s"], logged_step_times(case_dir / "run0")
+    window = range(3, 18)
+    assert sum(theirs[i] for i in window) == pytest.approx(sum(ours[i] for i in window), rel=0.03)
+
+    planted = run("-k", "mlp", "--perf-inject-slowdown", "0.5")
+    planted.assert_outcomes(failed=1)
+    planted.stdout.fnmatch_lines(["*own-mlp-cpu*fastest_step_samples_per_second*FAIL*"])
+
+    crash = run("-k", "crash")
+    crash.assert_outcomes(failed=1)
+    crash.stdout.fnmatch_lines(["*own-crash-cpu: crashed in run 1: rank * failed*",
+                                "*own_train: planned crash at iteration 3*"])
+    assert leftover_processes(str(pytester.path)) == []
