@@ -138,7 +138,7 @@ def test_a_script_that_ends_before_the_steps_asked_for_says_so(tmp_path):
 SUITE = f"""
 from perfgate import Case, Flavour, OptimizerSteps, parametrize
 
-OWN = dict(cwd={str(OWN_SCRIPT)!r}, records=OptimizerSteps(samples_per_step=64))
+OWN = dict(cwd={str(OWN_SCRIPT)!r}, records=OptimizerSteps(samples_per_step=64, unit="tokens"))
 CASES = [
     Case("own", "mlp", ("train.py", "--lr=3e-4"), cpu=Flavour({{}}, steps=16, warmup=3, tolerance=0.25, timeout_s=240),
          **OWN),
@@ -181,6 +181,7 @@ def test_an_unmodified_script_is_baselined_passes_unchanged_fails_planted_and_cr
 
     unchanged = run("-k", "mlp")
     unchanged.assert_outcomes(passed=1)
+    unchanged.stdout.fnmatch_lines(["own-mlp-cpu*fastest_step_samples_per_second*tokens/s*tokens/s*"])
     case_dir = max(pytester.path.rglob("test_own_mlp_cpu*/result.json"), key=lambda p: p.stat().st_mtime).parent
     result = json.loads((case_dir / "result.json").read_text())
     for run_record in result["per_run"]:

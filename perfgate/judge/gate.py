@@ -200,12 +200,15 @@ class Gate:
         return {name: [metrics.calibrated(name, value, now, reference) for value in measurement.values(name)]
                 for name in baseline.metrics}
 
+    def unit(self, name: str) -> str:
+        return metrics.unit_of(name, self.plan.run.case.records.unit)
+
     def no_baseline(self, measurement: Measurement) -> dict[str, Any]:
         """Nothing to judge against: the measurement is reported, and the case skipped with how to create one."""
         plan, measured = self.plan, measurement.medians()
         self.result["verdict"] = "no-baseline"
         self.result["metrics"] = [
-            {"metric": name, "unit": METRICS[name].unit, "measured": measured[name], "verdict": "no-baseline",
+            {"metric": name, "unit": self.unit(name), "measured": measured[name], "verdict": "no-baseline",
              "run_values": measurement.values(name)}
             for name in plan.run.gated
         ]
@@ -275,7 +278,7 @@ class Gate:
                 tolerance = round(stats.noise_tolerance(runs, flavour.tolerance_floor), 4)
             new_metrics[name] = baselines.MetricBaseline(
                 value=float(f"{stats.median(runs):.6g}"), better=METRICS[name].better,
-                tolerance=tolerance, unit=METRICS[name].unit, runs=runs,
+                tolerance=tolerance, unit=self.unit(name), runs=runs,
             )
         provenance = hardware.provenance(plan.hardware, root=self._root, command=measurement.command,
                                          hardware_class_name=plan.hardware_class, nodes=plan.node_hardware)

@@ -125,7 +125,7 @@ class Measurer:
                              first_run=index == 0, root=self._root, timeout_s=plan.spec.timeout_s)
         spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv)
         label = f"{self._label} run {index + 1}/{max(planned, index + 1)}"
-        progress = Progress(label, plan.steps, self._say, overwrite=self._tty)
+        progress = Progress(label, plan.steps, self._say, overwrite=self._tty, unit=plan.run.case.records.unit)
         follow = plan.run.case.records.follow(run_dir)
         window = Window(plan.warmup)
 

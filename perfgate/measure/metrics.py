@@ -97,6 +97,11 @@ def percentile(values: list[float], q: float) -> float:
 CALIBRATION_PROBE = "probe_matmul_gflops"
 """The machine-speed reading that --perf-calibrate divides by (the slowest rank's matmul rate)."""
 SPEED_UNITS = ("samples/s", "TFLOP/s", "s")
+
+
+def unit_of(name: str, counted: str = "samples") -> str:
+    """A metric's unit, with what the case counts as a sample named: ``tokens/s`` where a case counts tokens."""
+    return METRICS[name].unit.replace("samples", counted)
 """Units of the metrics that move with the machine's speed; memory, FLOPs per sample or shares do not."""
 
 

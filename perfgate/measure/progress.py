@@ -28,6 +28,7 @@ class Progress:
     total_steps: int | None
     write: Callable[[str, bool], None]
     overwrite: bool
+    unit: str = "samples"
     steps_done: int = 0
     recent: list[StepRecord] = field(default_factory=list)
     _last_written: float = float("-inf")
@@ -39,7 +40,7 @@ class Progress:
         else:
             seconds = sum(s.step_s for s in self.recent)
             rate = sum(s.samples for s in self.recent) / seconds if seconds > 0 else 0.0
-            state = f"step {self.steps_done}{total}  {rate:,.1f} samples/s"
+            state = f"step {self.steps_done}{total}  {rate:,.1f} {self.unit}/s"
         return f"[perfgate] {self.case}  {state}  elapsed {clock(elapsed_s)}"
 
     def update(self, new_steps: Sequence[StepRecord], elapsed_s: float, now: float | None = None) -> None:

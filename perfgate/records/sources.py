@@ -36,6 +36,8 @@ class RecordSource(Protocol):
     command that does so. Otherwise the program writes its records itself, with ``args`` telling it where."""
 
     instruments: bool
+    unit: str
+    """What the records count as a sample (samples, tokens, images): results say "tokens/s" where it is tokens."""
 
     def args(self, workdir: Path) -> list[str]: ...
 
@@ -50,6 +52,7 @@ class JsonRecords:
 
     filename: str = "steps.jsonl"
     instruments = False
+    unit = "samples"
 
     def args(self, workdir: Path) -> list[str]:
         return ["--records", str(workdir / self.filename)]
@@ -73,6 +76,7 @@ class OpenClipLog:
 
     relpath: str
     instruments = False
+    unit = "samples"
 
     def args(self, workdir: Path) -> list[str]:
         return []
