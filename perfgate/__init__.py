@@ -33,19 +33,20 @@ _PUBLIC = {
     "needs_module": "perfgate.config.matrix",
     "JsonRecords": "perfgate.records.sources",
     "OpenClipLog": "perfgate.records.sources",
+    "LogLines": "perfgate.records.sources",
     "OptimizerSteps": "perfgate.records.sources",
     "StepRecorder": "perfgate.records.steps",
     "CaseFailed": "perfgate.outcome",
     "CaseSkipped": "perfgate.outcome",
 }
 __all__ = ["CPU_TOLERANCE_FLOOR", "DDP_AXIS", "Axis", "Case", "CaseFailed", "CaseSkipped", "Flavour", "JsonRecords",
-           "Matrix", "OpenClipLog", "OptimizerSteps", "StepRecorder", "gpu_only", "needs_module", "parametrize"]
+           "LogLines", "Matrix", "OpenClipLog", "OptimizerSteps", "StepRecorder", "gpu_only", "needs_module", "parametrize"]
 
 if TYPE_CHECKING:
     from perfgate.config.cases import CPU_TOLERANCE_FLOOR, Case, Flavour, parametrize
     from perfgate.config.matrix import DDP_AXIS, Axis, Matrix, gpu_only, needs_module
     from perfgate.outcome import CaseFailed, CaseSkipped
-    from perfgate.records.sources import JsonRecords, OpenClipLog, OptimizerSteps
+    from perfgate.records.sources import JsonRecords, LogLines, OpenClipLog, OptimizerSteps
     from perfgate.records.steps import StepRecorder
 
 

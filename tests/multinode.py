@@ -87,8 +87,10 @@ WORKLOAD_CASES = (
     "tests_perf/test_unet3d.py::test_unet3d[fp32-torch-w1-bucket25-cpu]",
     "tests_perf/test_unet3d.py::test_unet3d[fp32-dali-w1-bucket25-cpu]",
     "tests_perf/test_openclip.py::test_openclip[workers0-cpu]",
+    "tests/own_script/own_cases.py::test_own_script[mlp-cpu]",
 )
-"""The CPU flavour of every workload: ResNet-50, the U-Net with the torch loader and with DALI, OpenCLIP."""
+"""The CPU flavour of every workload: ResNet-50, the U-Net with the torch loader and with DALI, OpenCLIP, and an
+unmodified script under OptimizerSteps."""
 
 
 def run_workloads(launcher_args, into, env=None):

@@ -14,15 +14,13 @@ OWN_SCRIPT = REPO / "tests" / "own_script"
 INSTRUMENT = [sys.executable, "-m", "perfgate.measure.instrument"]
 
 
-def instrument(tmp_path, script_text=None, *, steps=5, warmup=2, samples=8, extra=(), cwd=None, program=None,
-               timeout=120):
+def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=None, program=None, timeout=120):
     """Runs the wrapper over one process (no torchrun): the script is ``script_text`` or ``program``."""
     if script_text is not None:
         (tmp_path / "script.py").write_text(textwrap.dedent(script_text))
         program = ["script.py"]
     records = tmp_path / "steps.jsonl"
-    done = subprocess.run([*INSTRUMENT, "--records", str(records), "--steps", str(steps), "--warmup", str(warmup),
-                           "--samples-per-step", str(samples), "--cwd", str(cwd or tmp_path), *extra, "--", *program],
+    done = subprocess.run([*INSTRUMENT, "--records", str(records), "--steps", str(steps), "--samples-per-step", str(samples), "--cwd", str(cwd or tmp_path), *extra, "--", *program],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     lines = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
@@ -46,7 +44,7 @@ def loop(setup, body):
 def test_the_scripts_own_arguments_and_directory_and_a_step_per_optimizer_step_with_accumulation(tmp_path):
     """The script sees exactly its own argv and starts in its cwd; 4 micro-batches per step are one step."""
     done, steps, end = instrument(tmp_path, program=["train.py", "--accum=4", "--lr=3e-4"], cwd=OWN_SCRIPT,
-                                  samples=64, steps=6, warmup=2)
+                                  samples=64, steps=8)
     assert done.returncode == 0, done.stderr
     assert [s["step"] for s in steps] == list(range(8)) and {s["samples"] for s in steps} == {64}
     assert end["steps_run"] == 8 and end["skipped_updates"] == 0
@@ -58,7 +56,7 @@ def test_argv_is_exactly_the_entry(tmp_path):
     done, steps, _ = instrument(tmp_path, loop(
         "import json, os; open('seen.json', 'w').write(json.dumps([sys.argv, os.getcwd()])); "
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)",
-        "model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()"), extra=(), steps=3)
+        "model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()"), steps=5)
     argv, cwd = json.loads((tmp_path / "seen.json").read_text())
     assert done.returncode == 0 and argv == ["script.py"] and cwd == str(tmp_path) and len(steps) == 5
 
@@ -66,10 +64,10 @@ def test_argv_is_exactly_the_entry(tmp_path):
 def test_several_optimizers_count_one_step_per_iteration_and_the_case_can_name_the_primary(tmp_path):
     two = loop("a = torch.optim.SGD(model.parameters(), lr=0.1); b = torch.optim.Adam(model.parameters(), lr=0.1)",
                "model(torch.randn(4, 8)).sum().backward(); a.step(); b.step(); a.zero_grad()")
-    done, steps, end = instrument(tmp_path, two, steps=4, warmup=1)
+    done, steps, end = instrument(tmp_path, two, steps=5)
     # The run ends inside the primary's 5th step: the other stepped after it 4 times, or before it 5 times.
     assert done.returncode == 0 and len(steps) == 5 and end["other_optimizer_steps"] == {"Adam": 4}
-    done, steps, end = instrument(tmp_path, two, steps=4, warmup=1, extra=("--optimizer", "Adam"))
+    done, steps, end = instrument(tmp_path, two, steps=5, extra=("--optimizer", "Adam"))
     assert done.returncode == 0 and len(steps) == 5 and end["other_optimizer_steps"] == {"SGD": 5}
 
 
@@ -77,7 +75,7 @@ def test_a_step_per_parameter_group_optimizer_counts_once(tmp_path):
     """One optimizer per parameter group, stepped in turn: the first is the primary, so an iteration is one step."""
     per_group = loop("opts = [torch.optim.SGD([p], lr=0.1) for p in model.parameters()]",
                      "model(torch.randn(4, 8)).sum().backward()\n[o.step() for o in opts]")
-    done, steps, end = instrument(tmp_path, per_group, steps=3, warmup=1)
+    done, steps, end = instrument(tmp_path, per_group, steps=4)
     assert done.returncode == 0 and len(steps) == 4 and end["other_optimizer_steps"] == {"SGD": 3}
 
 
@@ -93,7 +91,7 @@ def test_updates_the_grad_scaler_skipped_are_counted_and_not_timed(tmp_path, fus
         if bad:
             time.sleep(0.3)
         scaler.scale(loss).backward(); scaler.step(opt); scaler.update(); opt.zero_grad()""")
-    done, steps, end = instrument(tmp_path, script, steps=6, warmup=2)
+    done, steps, end = instrument(tmp_path, script, steps=8)
     assert done.returncode == 0, done.stderr
     assert len(steps) == 8 and end["steps_run"] == 8 and end["skipped_updates"] == 2
     assert max(s["step_s"] for s in steps[1:]) < 0.25, [round(s["step_s"], 3) for s in steps]
@@ -110,7 +108,7 @@ def test_a_step_whose_closure_runs_forward_and_backward_is_timed_step_to_step(tm
             loss.backward()
             return loss
         opt.step(closure)""")
-    done, steps, _ = instrument(tmp_path, script, steps=4, warmup=1)
+    done, steps, _ = instrument(tmp_path, script, steps=5)
     assert done.returncode == 0 and len(steps) == 5
     assert all(0.05 <= s["step_s"] < 0.5 for s in steps[1:])
 
@@ -130,7 +128,7 @@ def test_a_script_that_never_steps_a_torch_optimizer_stops_with_what_the_hook_sa
 
 
 def test_a_script_that_ends_before_the_steps_asked_for_says_so(tmp_path):
-    done, steps, _ = instrument(tmp_path, program=["train.py", "--max-iters=3"], cwd=OWN_SCRIPT, steps=5, warmup=2)
+    done, steps, _ = instrument(tmp_path, program=["train.py", "--max-iters=3"], cwd=OWN_SCRIPT, steps=7)
     assert done.returncode == 2 and len(steps) == 3
     assert "error: the script ended after 3 step(s)" in done.stderr and "before the 7 optimizer steps" in done.stderr
 
@@ -185,9 +183,9 @@ def test_an_unmodified_script_is_baselined_passes_unchanged_fails_planted_and_cr
     case_dir = max(pytester.path.rglob("test_own_mlp_cpu*/result.json"), key=lambda p: p.stat().st_mtime).parent
     result = json.loads((case_dir / "result.json").read_text())
     for run_record in result["per_run"]:
-        assert len(run_record["step_times_s"]) == 19, "warm-up 3 + 16 steps, with 100000 iterations configured"
+        assert len(run_record["step_times_s"]) == 16, "the 16 steps asked for (warm-up included), of 100000 configured"
     ours, theirs = result["per_run"][0]["step_times_s"], logged_step_times(case_dir / "run0")
-    window = range(3, 18)
+    window = range(3, 15)
     assert sum(theirs[i] for i in window) == pytest.approx(sum(ours[i] for i in window), rel=0.03)
 
     planted = run("-k", "mlp", "--perf-inject-slowdown", "0.5")
@@ -199,3 +197,36 @@ def test_an_unmodified_script_is_baselined_passes_unchanged_fails_planted_and_cr
     crash.stdout.fnmatch_lines(["*own-crash-cpu: crashed in run 1: rank * failed*",
                                 "*own_train: planned crash at iteration 3*"])
     assert leftover_processes(str(pytester.path)) == []
+
+
+LOGGED_SUITE = f"""
+from perfgate import Case, Flavour, LogLines, parametrize
+
+CASES = [Case("own", "logged", ({str(OWN_SCRIPT / "train.py")!r}, "--max-iters=20",
+                                 "--config={OWN_SCRIPT / "configs" / "small.cfg"}"), inject_flag=None,
+              records=LogLines(r"iter (?P<step>\\d+) .*step_time (?P<step_s>[\\d.]+)s", samples_per_step=128),
+              cpu=Flavour({{}}, steps=None, warmup=4, timeout_s=240))]
+
+@parametrize(CASES)
+def test_own(perfgate, case):
+    perfgate.check(case)
+"""
+
+
+def test_a_script_that_prints_its_step_times_is_gated_from_its_own_log(pytester):
+    """LogLines: the own script runs its own 20 iterations; its log lines are the step records."""
+    pytester.makepyfile(test_suite=LOGGED_SUITE)
+    session = pytester.runpytest_subprocess(*PINNED, "--update-baselines", timeout=600)
+    session.assert_outcomes(passed=1)
+    case_dir = next(pytester.path.rglob("test_own_logged_cpu*/result.json")).parent
+    result = json.loads((case_dir / "result.json").read_text())
+    logged = logged_step_times(case_dir / "run0")
+    assert len(result["per_run"][0]["step_times_s"]) == len(logged) == 20
+    assert result["per_run"][0]["step_times_s"] == [pytest.approx(logged[i], abs=1e-4) for i in range(20)]
+
+
+def test_a_log_pattern_without_a_time_is_refused():
+    from perfgate import LogLines
+
+    with pytest.raises(ValueError, match="needs a named group step_s"):
+        LogLines(r"iter (?P<step>\d+)", samples_per_step=1)

@@ -157,7 +157,7 @@ class CaseRun:
                 entry[0] = str((root / entry[0]).resolve())
             assert steps is not None
             return self.case.records.wrap([*entry, *to_flags(flavour.args), *later], workdir,
-                                          device="cuda" if self.kind == "gpu" else "cpu", steps=steps, warmup=warmup,
+                                          device="cuda" if self.kind == "gpu" else "cpu", steps=steps,
                                           inject_slowdown=inject_slowdown, cwd=cwd,
                                           timeout_s=timeout_s or flavour.timeout_s)
         if root is not None and entry[0] != "-m":

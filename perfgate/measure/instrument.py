@@ -1,12 +1,13 @@
 """Gate an unmodified training script: its optimizer steps are the step records.
 
-``python -m perfgate.measure.instrument --records PATH --steps N --warmup W --samples-per-step S -- SCRIPT ARGS...``
+``python -m perfgate.measure.instrument --records PATH --steps N --samples-per-step S -- SCRIPT ARGS...``
 is what a rank runs under torchrun for a case with ``records=OptimizerSteps(...)``. Before the script runs it
 registers torch's global optimizer step hook (``torch.optim.optimizer.register_optimizer_step_post_hook``), then
 runs the script as ``__main__`` with exactly its own argv. Each step of the primary optimizer ends a step, timed
 by the same StepRecorder the workloads use (CUDA events resolved late on a GPU, the host clock on CPU) and
-lengthened by the same plant. After warm-up + steps optimizer steps every rank meets at a barrier and leaves
-with exit code 0, so no collective is left pending and the records are complete.
+lengthened by the same plant. After N optimizer steps (the case's steps, warm-up included, as for every
+workload) every rank meets at a barrier and leaves with exit code 0, so no collective is left pending and the
+records are complete.
 
 What counts as a step, and the traps in how torch, Lightning and accelerate implement ``step``:
 
@@ -54,10 +55,10 @@ def fail(message: str) -> NoReturn:
 
 
 class OptimizerStepCounter:
-    """Turns the primary optimizer's steps into step records and stops the script after ``warmup + steps``."""
+    """Turns the primary optimizer's steps into step records and stops the script after ``steps`` of them."""
 
     def __init__(self, args: argparse.Namespace, rank: int, world_size: int) -> None:
-        self.target = args.warmup + args.steps
+        self.target = args.steps
         self.samples = args.samples_per_step * world_size
         self.primary_name = args.optimizer
         self.primary: weakref.ref | None = None
@@ -185,8 +186,7 @@ def run_program(program: Sequence[str]) -> None:
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=Path, required=True, help="where rank 0 writes the step records")
-    parser.add_argument("--steps", type=int, required=True, help="measured optimizer steps")
-    parser.add_argument("--warmup", type=int, default=0, help="optimizer steps before the measured ones")
+    parser.add_argument("--steps", type=int, required=True, help="optimizer steps to run, warm-up included")
     parser.add_argument("--samples-per-step", type=int, required=True, help="samples per rank per optimizer step")
     parser.add_argument("--unit", default="samples", help="what a sample is (samples, tokens, images)")
     parser.add_argument("--optimizer", help="the primary optimizer's class name (default: the first that steps)")
@@ -212,8 +212,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     counter.install()
     watch_for_steps(counter, args.no_step_timeout)
     run_program(args.program)
-    fail(f"the script ended after {counter.seen()}, before the {counter.target} optimizer steps asked for "
-         f"(warm-up {args.warmup} + steps {args.steps}): give it more iterations, or the case fewer steps")
+    fail(f"the script ended after {counter.seen()}, before the {counter.target} optimizer steps asked for: give it "
+         "more iterations, or the case fewer steps")
 
 
 if __name__ == "__main__":

@@ -7,12 +7,13 @@ with ``StepRecorder``. ``OpenClipLog`` reads upstream open_clip_train's log inst
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from perfgate.records import openclip_log
-from perfgate.records.steps import RecordsTail, RunRecords, StepRecord, read_records, step_from_dict
+from perfgate.records.steps import RecordsError, RecordsTail, RunRecords, StepRecord, read_records, step_from_dict
 
 
 class Follower:
@@ -119,10 +120,10 @@ class OptimizerSteps:
         if self.samples_per_step < 1:
             raise ValueError(f"OptimizerSteps(samples_per_step=...) must be >= 1, got {self.samples_per_step}")
 
-    def wrap(self, program: list[str], workdir: Path, *, device: str, steps: int, warmup: int, inject_slowdown: float,
+    def wrap(self, program: list[str], workdir: Path, *, device: str, steps: int, inject_slowdown: float,
              cwd: Path | None, timeout_s: float) -> list[str]:
         """The rank's command: the wrapper, its settings, then ``--`` and the program as it is."""
-        options = ["--records", str(workdir / self.filename), "--steps", str(steps), "--warmup", str(warmup),
+        options = ["--records", str(workdir / self.filename), "--steps", str(steps),
                    "--samples-per-step", str(self.samples_per_step), "--unit", self.unit, "--device", device,
                    "--no-step-timeout", f"{0.9 * timeout_s:g}"]
         if self.optimizer:
@@ -143,3 +144,64 @@ class OptimizerSteps:
 
     def follow(self, workdir: Path) -> Follower:
         return JsonRecords(self.filename).follow(workdir)
+
+
+@dataclass(frozen=True)
+class LogLines:
+    """Step records from a script's own per-step log lines: ``pattern`` is a regular expression with named groups,
+    ``step_s`` (seconds per step) or ``rate`` (samples per second), and optionally ``step``, searched in every line
+    rank 0 wrote (its stdout and stderr as torchrun keeps them). The script runs its own length and has no plant.
+
+    ``samples_per_step`` counts all ranks together, per logged step, as the log's rate does."""
+
+    pattern: str
+    samples_per_step: int
+    unit: str = "samples"
+    instruments = False
+
+    def __post_init__(self) -> None:
+        groups = re.compile(self.pattern).groupindex
+        if "step_s" not in groups and "rate" not in groups:
+            raise ValueError(f"LogLines pattern {self.pattern!r} needs a named group step_s (seconds per step) or "
+                             "rate (samples per second)")
+
+    def args(self, workdir: Path) -> list[str]:
+        return []
+
+    def steps(self, lines: Iterable[str]) -> list[StepRecord]:
+        found = []
+        regex = re.compile(self.pattern)
+        for line in lines:
+            match = regex.search(line)
+            if match is None:
+                continue
+            values = match.groupdict()
+            step_s = float(values["step_s"]) if values.get("step_s") else self.samples_per_step / float(values["rate"])
+            step = int(values["step"]) if values.get("step") else len(found)
+            found.append(StepRecord(step, self.samples_per_step, step_s, 0.0))
+        return found
+
+    def _lines(self, workdir: Path) -> list[str]:
+        """Rank 0's output, stdout first: torchrun's ``node0/<run>/attempt_0/0/std{out,err}.log``."""
+        lines: list[str] = []
+        for name in ("stdout.log", "stderr.log"):
+            for path in sorted(workdir.glob(f"node0/*/attempt_0/0/{name}")):
+                lines.extend(path.read_text(errors="replace").splitlines())
+        return lines
+
+    def read(self, workdir: Path) -> RunRecords:
+        steps = self.steps(self._lines(workdir))
+        if not steps:
+            raise RecordsError(f"no line of rank 0's output under {workdir} matches the LogLines pattern {self.pattern!r}")
+        return RunRecords(start={"source": "log_lines", "pattern": self.pattern}, steps=tuple(steps))
+
+    def follow(self, workdir: Path) -> Follower:
+        seen = [0]
+
+        def new_steps() -> tuple[list[StepRecord], bool]:
+            steps = self.steps(self._lines(workdir))
+            fresh = steps[seen[0]:]
+            seen[0] = len(steps)
+            return fresh, False
+
+        return Follower(new_steps)
