@@ -230,3 +230,16 @@ def test_a_log_pattern_without_a_time_is_refused():
 
     with pytest.raises(ValueError, match="needs a named group step_s"):
         LogLines(r"iter (?P<step>\d+)", samples_per_step=1)
+
+
+def test_declared_flops_per_sample_give_the_achieved_tflops(tmp_path):
+    from perfgate.measure.metrics import compute
+    from perfgate.records.steps import read_records
+
+    done, steps, _ = instrument(tmp_path, program=["train.py"], cwd=OWN_SCRIPT, samples=64, steps=6,
+                                extra=("--flops-per-sample", "2e6", "--precision", "fp32"))
+    assert done.returncode == 0, done.stderr
+    records = read_records(tmp_path / "steps.jsonl")
+    assert records.start["device_name"] == "cpu" and records.start["precision"] == "fp32"
+    measured = compute(records, warmup=2)
+    assert measured.tflops == pytest.approx(2e6 * measured.samples_per_second / 1e12)

@@ -32,7 +32,6 @@ import resource
 import runpy
 import sys
 import threading
-import time
 import weakref
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
@@ -71,11 +70,10 @@ class OptimizerStepCounter:
         self.other_steps: dict[str, int] = {}
         self.skipped_updates = 0
         self.stepped_since_update = False
-        self.started = time.monotonic()
-        self.recorder.write("start", source="optimizer_steps", program=args.program, world_size=world_size,
-                            samples_per_step=args.samples_per_step, unit=args.unit, optimizer=args.optimizer)
-        if args.flops_per_sample:
-            self.recorder.write("flops", flops_per_sample=args.flops_per_sample, declared=True)
+        self.start_facts = {"source": "optimizer_steps", "program": args.program, "world_size": world_size,
+                            "samples_per_step": args.samples_per_step, "unit": args.unit, "optimizer": args.optimizer,
+                            "precision": args.precision}
+        self.flops_per_sample = args.flops_per_sample
 
     def install(self) -> None:
         register_optimizer_step_post_hook(self.after_step)
@@ -103,6 +101,8 @@ class OptimizerStepCounter:
             self.other_steps[name] = self.other_steps.get(name, 0) + 1
             return
         self.stepped_since_update = True
+        if self.steps == 0:
+            self.write_start()
         found_inf = getattr(optimizer, "found_inf", None)
         scalars = {}
         if found_inf is not None:
@@ -126,6 +126,13 @@ class OptimizerStepCounter:
         self.steps -= skipped
         self.skipped_updates += skipped
         return skipped
+
+    def write_start(self) -> None:
+        """The run's facts, at its first step: by then the script has chosen its device, whose name MFU needs."""
+        device_name = torch.cuda.get_device_name() if self.device_type == "cuda" else "cpu"
+        self.recorder.write("start", **self.start_facts, device_name=device_name)
+        if self.flops_per_sample:
+            self.recorder.write("flops", flops_per_sample=self.flops_per_sample, declared=True)
 
     def scaler_updated(self) -> None:
         """GradScaler.update ends every iteration; one in which the primary optimizer never stepped was skipped."""
@@ -191,6 +198,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--unit", default="samples", help="what a sample is (samples, tokens, images)")
     parser.add_argument("--optimizer", help="the primary optimizer's class name (default: the first that steps)")
     parser.add_argument("--flops-per-sample", type=float, help="training FLOPs per sample, for TFLOP/s and MFU")
+    parser.add_argument("--precision", choices=("fp32", "tf32", "amp", "amp_bf16"),
+                        help="the math the script trains in, for MFU's peak (amp: fp16, amp_bf16: bf16)")
     parser.add_argument("--inject-slowdown", type=float, default=0.0, help="plant this fraction of each step")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the steps run (their clock)")
     parser.add_argument("--cwd", type=Path, help="the directory the script starts in")

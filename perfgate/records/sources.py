@@ -113,6 +113,8 @@ class OptimizerSteps:
     unit: str = "samples"
     optimizer: str | None = None
     flops_per_sample: float | None = None
+    precision: str | None = None
+    """fp32, tf32, amp (fp16) or amp_bf16: the peak MFU is taken against, with ``flops_per_sample``."""
     filename: str = "steps.jsonl"
     instruments = True
 
@@ -130,6 +132,8 @@ class OptimizerSteps:
             options += ["--optimizer", self.optimizer]
         if self.flops_per_sample:
             options += ["--flops-per-sample", str(self.flops_per_sample)]
+        if self.precision:
+            options += ["--precision", self.precision]
         if inject_slowdown:
             options += ["--inject-slowdown", str(inject_slowdown)]
         if cwd is not None:
