@@ -57,7 +57,9 @@ def main() -> int:
     shuffle = random.Random(args.seed).shuffle
     ratios: dict[tuple[str, float], list[float]] = {(m, size): [] for m in METRICS for size in args.sizes}
     load = {"none": contextlib.nullcontext, "busy": busy_processes, "training": training_job}[args.load]
-    with tempfile.TemporaryDirectory(prefix="perfgate-planted-") as scratch, load():
+    # The load lasts the whole benchmark (about 2 minutes a launch under load, with room), and stops with it.
+    lasting = {} if args.load == "none" else {"seconds": args.rounds * (len(args.sizes) + 1) * 240}
+    with tempfile.TemporaryDirectory(prefix="perfgate-planted-") as scratch, load(**lasting):
         for round_ in range(args.rounds):
             order = [0.0, *args.sizes]
             shuffle(order)

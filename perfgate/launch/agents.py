@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import psutil
 
@@ -108,6 +108,16 @@ def read_node_hardware(command: Sequence[str], env: Mapping[str, str], what: str
         raise LaunchFailed("setup-error", f"could not read the hardware of {what}: {shlex.join(command)} exited "
                                           f"{done.returncode}:\n{last}")
     return [hardware for _, hardware in sorted(found, key=lambda item: item[0])]
+
+
+def start_logged(command: Sequence[str], log_path: Path, header: str, **popen: Any) -> subprocess.Popen:
+    """Starts an agent (or srun, or ssh) in a session of its own, its output going to ``log_path`` after ``header``
+    (the command, and where it runs)."""
+    with log_path.open("w") as log:
+        log.write(header + "\n")
+        log.flush()
+        return subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, **popen)
 
 
 def wait_for_agents(agents: Sequence[subprocess.Popen], spec: LaunchSpec, start: float,

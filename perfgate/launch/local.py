@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import time
 import uuid
 from typing import Mapping
 
-from perfgate.launch.agents import agent_command, free_port, kill_run, wait_for_agents
+from perfgate.launch.agents import agent_command, free_port, kill_run, start_logged, wait_for_agents
 from perfgate.launch.diagnose import LaunchFailed, diagnose_failure
 from perfgate.launch.hardware import Hardware, detect
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll
@@ -34,15 +33,7 @@ def launch(spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
             if spec.devices_per_node is not None:
                 node_env["CUDA_VISIBLE_DEVICES"] = spec.devices_per_node[node]
             log_path = spec.workdir / f"agent{node}.log"
-            with log_path.open("w") as log:
-                log.write(f"$ {shlex.join(command)}\n")
-                log.flush()
-                agents.append(
-                    subprocess.Popen(
-                        command, cwd=spec.workdir, env=node_env, stdout=log, stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL, start_new_session=True,
-                    )
-                )
+            agents.append(start_logged(command, log_path, f"$ {shlex.join(command)}", cwd=spec.workdir, env=node_env))
             commands.append(tuple(command))
             logs.append(log_path)
         wait_for_agents(agents, spec, start, on_poll, logs)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -20,7 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from perfgate.launch.agents import agent_command, free_port, kill_run, read_node_hardware, wait_for_agents
+from perfgate.launch.agents import (agent_command, free_port, kill_run, read_node_hardware, start_logged,
+                                    wait_for_agents)
 from perfgate.launch.diagnose import LaunchFailed, diagnose_failure
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.node_agent import become_agent
@@ -62,10 +64,8 @@ class SlurmLauncher:
         logs = [spec.workdir / f"agent{node}.log" for node in range(spec.nodes)]
         srun_log = spec.workdir / "srun.log"
         start = time.monotonic()
-        with srun_log.open("w") as log:
-            srun = subprocess.Popen(command, cwd=spec.workdir, env={**os.environ, **spec.env, RUN_ID_ENV: run_id},
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+        srun = start_logged(command, srun_log, f"$ {shlex.join(command)}", cwd=spec.workdir,
+                            env={**os.environ, **spec.env, RUN_ID_ENV: run_id})
         try:
             wait_for_agents([srun], spec, start, on_poll, logs)
         except LaunchFailed as stopped:

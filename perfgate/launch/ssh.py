@@ -20,7 +20,7 @@ import uuid
 from typing import Mapping, Sequence
 
 from perfgate.launch.agents import (free_port, kill_run, node_agent_command, read_node_hardware, run_processes,
-                                    wait_for_agents)
+                                    start_logged, wait_for_agents)
 from perfgate.launch.diagnose import LaunchFailed, diagnose_failure
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll
@@ -69,11 +69,7 @@ class SshLauncher:
             for node, host in enumerate(hosts):
                 command = self.ssh(host, self.remote_agent(spec, node, endpoint, run_id))
                 log_path = spec.workdir / f"agent{node}.log"
-                with log_path.open("w") as log:
-                    log.write(f"# node {node}: {host}\n$ {shlex.join(command)}\n")
-                    log.flush()
-                    agents.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                                   stdin=subprocess.DEVNULL, start_new_session=True))
+                agents.append(start_logged(command, log_path, f"# node {node}: {host}\n$ {shlex.join(command)}"))
                 commands.append(tuple(command))
                 logs.append(log_path)
             wait_for_agents(agents, spec, start, on_poll, logs)
