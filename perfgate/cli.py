@@ -6,6 +6,11 @@ reads an upstream ``open_clip_train.main --log-every-n-steps 1`` log (rank 0's `
 job's stderr) and prints the MMoCLIP benchmark's numbers, so a cluster run can be set beside the
 baselines.
 
+    perfgate import-log lines PATH --pattern REGEX --samples-per-step N [--warmup W] [--json]
+
+reads any script's per-step log lines as a ``LogLines`` case would (named groups ``step_s`` or ``rate``) and
+prints the steps found and the window's throughput.
+
     perfgate history [CASE ...] [--baseline-dir DIR] [--png PATH]
 
 prints each case's baseline values across the git history of the baseline directory, and draws them.
@@ -15,15 +20,47 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from perfgate.measure import metrics
 from perfgate.records import openclip_log
+from perfgate.records.sources import LogLines
+from perfgate.records.steps import RunRecords
 from perfgate.report import history
 from perfgate.report.terminal import table
 
-LOG_FORMATS = ("open_clip",)
+LOG_FORMATS = ("open_clip", "lines")
+
+
+def import_lines(path: Path, pattern: str | None, samples_per_step: int | None, warmup: int, as_json: bool) -> int:
+    """A script's own per-step lines, read with the LogLines source a case would use."""
+    if pattern is None or samples_per_step is None:
+        raise openclip_log.LogError("import-log lines needs --pattern and --samples-per-step")
+    try:
+        source = LogLines(pattern, samples_per_step)
+    except (ValueError, re.error) as exc:
+        raise openclip_log.LogError(str(exc)) from None
+    steps = source.steps(path.read_text(errors="replace").splitlines())
+    if len(steps) <= warmup:
+        raise openclip_log.LogError(f"{path}: {len(steps)} line(s) match {pattern!r}, not more than the {warmup} "
+                                    "warm-up step(s)")
+    measured = metrics.compute(RunRecords(steps=tuple(steps)), warmup)
+    numbers = {"log": str(path), "steps": len(steps), "warmup": warmup,
+               "samples_per_second": measured.samples_per_second,
+               "fastest_step_samples_per_second": measured.fastest_step_samples_per_second,
+               "step_time_median_s": measured.step_time_median_s}
+    if as_json:
+        print(json.dumps(numbers, indent=2))
+        return 0
+    print(f"log: {path}")
+    print(f"matching steps: {len(steps)} (warm-up {warmup})")
+    print(f"samples_per_second: {measured.samples_per_second:.2f} (fastest step "
+          f"{measured.fastest_step_samples_per_second:.2f})")
+    print(f"step_time_median_s: {measured.step_time_median_s:.4f}")
+    return 0
 
 
 def import_log(fmt: str, path: Path, as_json: bool) -> int:
@@ -60,13 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
     importer = commands.add_parser(
         "import-log",
         help="score an upstream training log as its benchmark does",
-        description="Print total_time_secs (sum of every step's 'Batch (t)' except the first) and the "
+        description="open_clip: print total_time_secs (sum of every step's 'Batch (t)' except the first) and the "
         "JUBE table's throughput_avg / time_per_iteration_secs_avg (means over every logged step) "
-        "of an open_clip_train log, exactly as the MMoCLIP benchmark computes them.",
+        "of an open_clip_train log, exactly as the MMoCLIP benchmark computes them. lines: read any script's "
+        "per-step lines with --pattern, as a LogLines case does, and print the window's throughput.",
     )
     importer.add_argument("format", choices=LOG_FORMATS, help="which program wrote the log")
     importer.add_argument("path", type=Path, help="the log file (rank 0's out.log or the job's stderr)")
     importer.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    importer.add_argument("--pattern", help="lines: a regular expression with named groups step_s or rate")
+    importer.add_argument("--samples-per-step", type=int, help="lines: samples per logged step, all ranks")
+    importer.add_argument("--warmup", type=int, default=0, help="lines: first steps left out (default 0)")
     past = commands.add_parser(
         "history",
         help="a case's baseline values across the git history of the baselines",
@@ -84,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "history":
             return show_history(args.cases, args.baseline_dir, args.png)
+        if args.format == "lines":
+            return import_lines(args.path, args.pattern, args.samples_per_step, args.warmup, args.json)
         return import_log(args.format, args.path, args.json)
     except FileNotFoundError:
         print(f"perfgate: error: {args.path}: no such file", file=sys.stderr)

@@ -243,3 +243,19 @@ def test_declared_flops_per_sample_give_the_achieved_tflops(tmp_path):
     assert records.start["device_name"] == "cpu" and records.start["precision"] == "fp32"
     measured = compute(records, warmup=2)
     assert measured.tflops == pytest.approx(2e6 * measured.samples_per_second / 1e12)
+
+
+def test_import_log_reads_any_scripts_lines_as_a_log_lines_case_would(tmp_path, capsys):
+    from perfgate import cli
+
+    log = tmp_path / "out.log"
+    log.write_text("starting\niter 0 loss 1.0 step_time 0.5000s\niter 1 loss 0.9 step_time 0.1000s\n"
+                   "noise\niter 2 loss 0.8 step_time 0.2000s\n")
+    pattern = r"iter (?P<step>\d+) .*step_time (?P<step_s>[\d.]+)s"
+    assert cli.main(["import-log", "lines", str(log), "--pattern", pattern, "--samples-per-step", "10",
+                     "--warmup", "1", "--json"]) == 0
+    numbers = json.loads(capsys.readouterr().out)
+    assert numbers["steps"] == 3 and numbers["samples_per_second"] == pytest.approx(20 / 0.3)
+    assert numbers["fastest_step_samples_per_second"] == pytest.approx(100.0)
+    assert cli.main(["import-log", "lines", str(log), "--pattern", "iter", "--samples-per-step", "1"]) == 2
+    assert "needs a named group step_s" in capsys.readouterr().err
