@@ -94,6 +94,8 @@ def test_updates_the_grad_scaler_skipped_are_counted_and_not_timed(tmp_path, fus
     done, steps, end = instrument(tmp_path, script, steps=8)
     assert done.returncode == 0, done.stderr
     assert len(steps) == 8 and end["steps_run"] == 8 and end["skipped_updates"] == 2
+    numbers = [s["step"] for s in steps]
+    assert numbers == sorted(set(numbers)), "each optimizer call has its own number; skipped ones leave a gap"
     assert max(s["step_s"] for s in steps[1:]) < 0.25, [round(s["step_s"], 3) for s in steps]
 
 

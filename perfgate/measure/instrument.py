@@ -65,6 +65,9 @@ class OptimizerStepCounter:
         self.recorder = StepRecorder(args.records if rank == 0 else None, device_type=self.device_type)
         self.injector = SlowdownInjector(args.inject_slowdown, self.device_type, self.recorder.step_times)
         self.steps = 0
+        """Updates that happened: the primary optimizer's steps less the fused ones found skipped."""
+        self.calls = 0
+        """The primary optimizer's steps, skipped or not: the records' step numbers."""
         self.found_infs: list[torch.Tensor] = []
         """Fused optimizers' ``found_inf`` of each step since the last count: read together, once, at the end."""
         self.other_steps: dict[str, int] = {}
@@ -101,7 +104,7 @@ class OptimizerStepCounter:
             self.other_steps[name] = self.other_steps.get(name, 0) + 1
             return
         self.stepped_since_update = True
-        if self.steps == 0:
+        if self.calls == 0:
             self.write_start()
         found_inf = getattr(optimizer, "found_inf", None)
         scalars = {}
@@ -109,8 +112,9 @@ class OptimizerStepCounter:
             scalars["update_skipped"] = found_inf
             self.found_infs.append(found_inf)
         planted = self.injector.pause()
-        self.recorder.end_step(self.steps, samples=self.samples, data_s=0.0, lr=optimizer.param_groups[0].get("lr"),
+        self.recorder.end_step(self.calls, samples=self.samples, data_s=0.0, lr=optimizer.param_groups[0].get("lr"),
                                scalars=scalars, planted_s=planted if self.injector.fraction else None)
+        self.calls += 1
         self.steps += 1
         if self.steps >= self.target and self.count_fused_skips() == 0:
             self.finish()
