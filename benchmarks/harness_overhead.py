@@ -53,6 +53,22 @@ def launch_records(args: argparse.Namespace, timing: str, run_dir: Path, extra: 
     return read_records(records)
 
 
+OWN_SCRIPT = REPO / "tests" / "own_script" / "train.py"
+
+
+def launch_wrapped(args: argparse.Namespace, timing: str, run_dir: Path, extra: Sequence[str] = ()) -> RunRecords:
+    """One launch of the unmodified test script under OptimizerSteps' wrapper (``extra``: the wrapper's options, such
+    as ``--inject-slowdown``); its step records."""
+    records = run_dir / "steps.jsonl"
+    entry = ["-m", "perfgate.measure.instrument", "--records", str(records), "--steps", str(args.steps),
+             "--samples-per-step", "64", *extra, "--", str(OWN_SCRIPT),
+             f"--config={OWN_SCRIPT.parent / 'configs' / 'small.cfg'}", *args.workload_args]
+    spec = LaunchSpec(entry=entry, workdir=run_dir, procs_per_node=args.nproc, timeout_s=args.timeout,
+                      env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    launch(spec)
+    return read_records(records)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", type=Path, default=REPO / "workloads" / "resnet50_train.py")

@@ -9,6 +9,12 @@ interleaved with unplanted launches, and the measured throughput set against 1 /
 ``--load busy`` runs two busy processes beside every launch, ``--load training`` a second 2-rank training job (the
 tiny OpenCLIP): a shared CI runner's conditions, where a plant that hands its core away would be swallowed.
 
+    python benchmarks/planted_slowdown.py --own-script --steps 60     # an unmodified script, through the wrapper
+
+``--own-script`` plants through OptimizerSteps' wrapper into tests/own_script/train.py (no perfgate import).
+Besides the wall clock's throughputs, the CPU clock's ``cpu_seconds_per_sample`` is set against 1 + F (as a
+rate, 1 / (1 + F), like the others).
+
 Each round launches F = 0 and every planted size once, in a shuffled order, so a drift of the machine falls
 on all alike; a size's measured ratio is the median over rounds of its throughput over the same round's
 unplanted throughput. perfgate's promise: within 1 percentage point of 1 / (1 + F), on CPU and GPU, for the
@@ -26,15 +32,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness_overhead import CPU_ARGS, REPO, launch_records
+from harness_overhead import CPU_ARGS, REPO, launch_records, launch_wrapped
 
 sys.path.insert(0, str(REPO / "tests"))
 from background_load import busy_processes, training_job  # noqa: E402
 
 from perfgate.launch.diagnose import LaunchFailed
+from perfgate.measure.metrics import METRICS as INFO
 from perfgate.measure.metrics import compute
 
-METRICS = ("samples_per_second", "fastest_step_samples_per_second")
+METRICS = ("samples_per_second", "fastest_step_samples_per_second", "cpu_seconds_per_sample")
+
+
+def as_rate(metrics, name: str) -> float:
+    """The metric as a rate (a lower-is-better one inverted), so a planted F moves each to 1 / (1 + F)."""
+    value = getattr(metrics, name)
+    return value if INFO[name].better == "higher" else 1.0 / value
 
 
 def main() -> int:
@@ -49,6 +62,9 @@ def main() -> int:
     parser.add_argument("--load", choices=("none", "busy", "training"), default="none",
                         help="what runs beside the launches: nothing, two busy processes, or a second 2-rank training "
                         "job (default %(default)s)")
+    parser.add_argument("--own-script", action="store_true",
+                        help="plant through OptimizerSteps' wrapper into tests/own_script/train.py")
+    parser.add_argument("--steps", type=int, default=40, help="--own-script: optimizer steps per launch")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "planted_slowdown.json")
     parser.add_argument("workload_args", nargs="*",
                         help=f"the workload's options (after --); default: {' '.join(CPU_ARGS)}")
@@ -64,13 +80,14 @@ def main() -> int:
             order = [0.0, *args.sizes]
             shuffle(order)
             try:
-                rate = {size: compute(launch_records(args, "steps", Path(scratch) / f"r{round_}-{size}",
-                                                     ["--inject-slowdown", str(size)] if size else []), args.warmup)
+                launched = launch_wrapped if args.own_script else launch_records
+                rate = {size: compute(launched(args, "steps", Path(scratch) / f"r{round_}-{size}",
+                                               ["--inject-slowdown", str(size)] if size else []), args.warmup)
                         for size in order}
             except LaunchFailed as exc:
                 sys.exit(f"launch failed ({exc.kind}): {exc.message}")
             for metric, size in ratios:
-                ratios[metric, size].append(getattr(rate[size], metric) / getattr(rate[0.0], metric))
+                ratios[metric, size].append(as_rate(rate[size], metric) / as_rate(rate[0.0], metric))
             print(f"[round {round_ + 1}/{args.rounds}] " + ", ".join(
                 f"{size:g}: {rate[size].samples_per_second:.2f} (fastest step "
                 f"{rate[size].fastest_step_samples_per_second:.2f})" for size in order) + " samples/s", flush=True)
@@ -84,7 +101,7 @@ def main() -> int:
         print(f"| {metric} | {size:.0%} | {expected - 1:+.1%} | {measured - 1:+.1%} | "
               f"{100 * (measured - expected):+.1f} points | {len(got)} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"workload": str(args.workload), "workload_args": args.workload_args or CPU_ARGS,
+    args.out.write_text(json.dumps({"workload": "own-script" if args.own_script else str(args.workload), "workload_args": args.workload_args or CPU_ARGS,
                                     "nproc": args.nproc, "load": args.load, "rows": rows}, indent=2) + "\n")
     return 0
 

@@ -33,7 +33,9 @@ recorder.close(peak_memory_bytes=0)
 SUITE = """
 from perfgate import Case, Flavour, parametrize
 
-FLAVOUR = Flavour({{}}, steps=8, warmup=2, tolerance=0.2, ranks_per_node=1, timeout_s=120)
+# A loop of sleeps: only the wall clock sees its steps, so only the wall clock is gated.
+FLAVOUR = Flavour({{}}, steps=8, warmup=2, tolerance=0.2, ranks_per_node=1, timeout_s=120,
+                 gated=("fastest_step_samples_per_second",))
 CASES = [Case("sleeper", "sleep", ("sleeper.py",), cpu=FLAVOUR)]
 {extra}
 @parametrize(CASES)
@@ -179,3 +181,74 @@ def test_case(perfgate, case):
                                                timeout=600)
     result.assert_outcomes(passed=1)
     assert result_of(pytester, "tiny")["verdict"] == "pass"
+
+
+BUSY_STEPS = """
+import argparse, json, pathlib, time
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int)
+parser.add_argument("--records", type=pathlib.Path)
+parser.add_argument("--inject-slowdown", type=float, default=0.0)
+args = parser.parse_args()
+
+
+def work():
+    end = time.process_time() + 0.02
+    while time.process_time() < end:
+        pass
+{writer}
+"""
+RAW_RECORDS = """
+with args.records.open("w") as fh:
+    fh.write(json.dumps({"kind": "start", "world_size": 1, "device": "cpu"}) + "\\n")
+    last = time.perf_counter()
+    for step in range(args.steps):
+        work()
+        now = time.perf_counter()
+        fh.write(json.dumps({"kind": "step", "step": step, "samples": 1, "step_s": now - last, "data_s": 0.0}) + "\\n")
+        last = now
+    fh.write(json.dumps({"kind": "end"}) + "\\n")
+"""
+RECORDER = """
+import torch
+from perfgate import StepRecorder
+
+recorder = StepRecorder(args.records, device_type="cpu")
+recorder.write("start", world_size=1, device="cpu")
+recorder.begin()
+for step in range(args.steps):
+    work()
+    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={"loss": torch.tensor(1.0)})
+recorder.close()
+"""
+BUSY_SUITE = """
+from perfgate import Case, Flavour, parametrize
+
+CASES = [Case("busy", "work", ("busy.py",), cpu=Flavour({}, steps=8, warmup=2, tolerance=0.2, ranks_per_node=1,
+                                                        timeout_s=120))]
+
+@parametrize(CASES)
+def test_case(perfgate, case):
+    perfgate.check(case)
+"""
+
+
+def test_a_reference_from_before_the_cpu_clock_is_judged_on_the_wall_clock_saying_the_cpu_clock_was_left_out(pytester):
+    """The reference writes step records without CPU time, as perfgate did before the CPU clock."""
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "config", "user.email", "ci@example.com")
+    git(pytester.path, "config", "user.name", "ci")
+    pytester.makepyfile(busy=BUSY_STEPS.replace("{writer}", RAW_RECORDS), test_suite=BUSY_SUITE)
+    git(pytester.path, "add", ".")
+    git(pytester.path, "commit", "-qm", "records without CPU time")
+    pytester.makepyfile(busy=BUSY_STEPS.replace("{writer}", RECORDER))
+    git(pytester.path, "commit", "-qam", "records with CPU time")
+    result = run(pytester, "--perf-against", "HEAD~1", "-W", "always")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*UngatedMetricWarning: busy-work-cpu: cpu_seconds_per_sample not gated: its "
+                                 "reference (HEAD~1 *) has none (it is from before the metric); it is gated against*",
+                                 "*busy-work-cpu*fastest_step_samples_per_second*pass*"])
+    stored = result_of(pytester, "work")
+    assert [row["metric"] for row in stored["metrics"]] == ["fastest_step_samples_per_second"]
+    assert stored["ungated"][0]["metric"] == "cpu_seconds_per_sample"
+    assert all(run["metrics"]["cpu_seconds_per_sample"] > 0 for run in stored["per_run"])

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.config.cases import Case, CaseRun, Flavour, parametrize, runs, to_flags
-from perfgate.records.sources import OpenClipLog
+from perfgate.records.sources import LogLines, OpenClipLog
 
 ENTRY = ("workloads/openclip_train.py",)
 
@@ -67,12 +67,27 @@ def test_planted_slowdown_reaches_only_workloads_that_take_it(tmp_path):
     assert "--inject-slowdown" not in upstream.argv(tmp_path, 4, 2, inject_slowdown=0.25)
 
 
-def test_cpu_flavours_gate_steady_throughput_gpu_flavours_mean_throughput_unless_the_case_says():
+def test_cpu_flavours_gate_both_clocks_gpu_flavours_mean_throughput_unless_the_case_or_flavour_says():
     both = Case("w", "c", ("x.py",), cpu=Flavour({}), gpu=Flavour({}))
-    assert CaseRun(both, "cpu").gated == ("fastest_step_samples_per_second",)
+    assert CaseRun(both, "cpu").gated == ("fastest_step_samples_per_second", "cpu_seconds_per_sample")
     assert CaseRun(both, "gpu").gated == ("samples_per_second", "total_time_secs")
     own = Case("w", "c", ("x.py",), cpu=Flavour({}), gated=("total_time_secs",))
     assert CaseRun(own, "cpu").gated == ("total_time_secs",)
+    host = Case("w", "c", ("x.py",), gpu=Flavour({}, gated=("samples_per_second", "host_cpu_per_step_s")),
+                gated=("total_time_secs",))
+    assert CaseRun(host, "gpu").gated == ("samples_per_second", "host_cpu_per_step_s")
+
+
+def test_a_source_that_reads_logs_has_no_cpu_clock_to_gate():
+    logged = Case("w", "c", ("x.py",), cpu=Flavour({}), records=LogLines(r"(?P<step_s>[\d.]+)", samples_per_step=1))
+    assert CaseRun(logged, "cpu").gated == ("fastest_step_samples_per_second",)
+
+
+def test_the_cpu_clock_has_its_own_tolerance_floor_and_fixed_tolerance():
+    flavour = Flavour({}, tolerance_floor=0.06)
+    assert (flavour.least_tolerance("wall"), flavour.least_tolerance("cpu")) == (0.06, 0.02)
+    fixed = Flavour({}, tolerance=0.1, cpu_tolerance=0.03)
+    assert (fixed.least_tolerance("wall"), fixed.least_tolerance("cpu")) == (0.1, 0.03)
 
 
 def test_later_runs_skip_what_a_case_measures_once(tmp_path):

@@ -11,7 +11,7 @@ from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
 from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline
+from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UngatedMetricWarning
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchSpec
@@ -327,3 +327,68 @@ def test_a_planted_slowdown_that_took_is_recorded_and_fails_without_a_plant_warn
             checker.check()
     row, = measurer.result["plant"]
     assert row["took"] is True and row["measured_change"] == pytest.approx(-0.2)
+
+
+CPU = "cpu_seconds_per_sample"
+
+
+class TwoClockMeasurer(FakeMeasurer):
+    """Hands out runs measured on both clocks: each value is a (samples/s, CPU s/sample) pair, CPU None for a
+    source that has no CPU clock."""
+
+    def launch_once(self, planned):
+        wall, cpu = self._values[self.launches]
+        run_metrics = {METRIC: wall, **({} if cpu is None else {CPU: cpu})}
+        self.measurement.runs.append({"run": self.launches, "metrics": run_metrics})
+        self.launches += 1
+
+
+def two_clock_gate(tmp_path, values, **settings):
+    case = Case("w", "c", ("w.py",), cpu=Flavour({}, tolerance_floor=0.05, cpu_tolerance_floor=0.01),
+                gated=(METRIC, CPU))
+    plan = Plan(CaseRun(case, "cpu"), LaunchSpec(entry=(), workdir=tmp_path / "work"), Hardware("cpu", 2),
+                "k", DETECTED, 2, 10, 2, tmp_path / "b" / "k" / "w-c-cpu.json", "suite.py::test[c-cpu]")
+    measurer = TwoClockMeasurer(plan, values)
+    checker = Gate(plan, Settings(repeats=3, baseline_repeats=5, **settings), measurer,
+                   StoredBaseline(plan.baseline_file), root=plan.spec.workdir, nvml=lambda: (None, "no NVML here"))
+    return plan, checker, measurer
+
+
+STEADY = [(100.0, 0.0200), (90.0, 0.0201), (104.0, 0.0199), (97.0, 0.0200), (101.0, 0.0202)]
+"""Five runs of a shared runner: the wall clock moves by +-7 %, the CPU clock by 1 %."""
+
+
+def test_update_baselines_stores_each_clock_with_its_own_tolerance_floor(tmp_path):
+    plan, checker, _ = two_clock_gate(tmp_path, STEADY, update_baselines=True)
+    checker.check()
+    stored = baselines.load(plan.baseline_file).metrics
+    assert stored[CPU].tolerance == 0.01 and stored[CPU].better == "lower" and stored[CPU].unit == "CPU s/sample"
+    assert stored[METRIC].tolerance >= 0.05
+
+
+def test_a_cpu_time_regression_fails_on_the_cpu_clock_that_the_wall_clock_noise_hides(tmp_path):
+    plan, checker, _ = two_clock_gate(tmp_path, STEADY, update_baselines=True)
+    checker.check()
+    _, checker, measurer = two_clock_gate(tmp_path, [(99.0, 0.0220), (92.0, 0.0221), (103.0, 0.0219)])
+    with pytest.raises(CaseFailed, match=r"cpu_seconds_per_sample .*\+10\.0%") as failed:
+        checker.check()
+    rows = {row["metric"]: row["verdict"] for row in measurer.result["metrics"]}
+    assert rows == {METRIC: "pass", CPU: "FAIL"}, str(failed.value)
+
+
+def test_a_baseline_from_before_the_cpu_clock_is_judged_on_what_it_has_saying_what_was_left_out(tmp_path):
+    plan, checker, measurer = two_clock_gate(tmp_path, STEADY[:3])
+    baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", {METRIC: MetricBaseline(
+        100.0, "higher", 0.05, "samples/s", (98.0, 99.0, 100.0, 101.0, 102.0))},
+        provenance={"hardware": {"detected_class": DETECTED}}, workload_version="1"))
+    with pytest.warns(UngatedMetricWarning, match="cpu_seconds_per_sample not gated: .*re-measure the baseline"):
+        assert checker.check()["verdict"] == "pass"
+    assert [row["metric"] for row in measurer.result["metrics"]] == [METRIC]
+    assert measurer.result["ungated"][0]["metric"] == CPU
+
+
+def test_records_without_cpu_time_give_a_baseline_of_the_wall_clock_saying_so(tmp_path):
+    plan, checker, _ = two_clock_gate(tmp_path, [(100.0, None)] * 5, update_baselines=True)
+    with pytest.warns(UngatedMetricWarning, match="the runs did not measure it"):
+        checker.check()
+    assert list(baselines.load(plan.baseline_file).metrics) == [METRIC]

@@ -1,5 +1,6 @@
 """The planted slowdown lengthens a step by what it says, whether the host or the device bounds the loop."""
 
+import functools
 import statistics
 import time
 from typing import Sequence
@@ -7,7 +8,7 @@ from typing import Sequence
 import pytest
 import torch
 
-from perfgate.measure.plant import SlowdownInjector, busy_wait
+from perfgate.measure.plant import SlowdownInjector, burn, busy_wait
 from perfgate.records.steps import HostClock, StepRecorder
 
 pytestmark = pytest.mark.floor
@@ -121,7 +122,8 @@ def real_cpu_loop(path, fraction: float, step_work: Sequence[float]) -> list[flo
     pytest-xdist beside a training case), which is noise for benchmarks/planted_slowdown.py to average, not for a
     test."""
     recorder = StepRecorder(path, device_type="cpu", clock=HostClock(time.thread_time))
-    injector = SlowdownInjector(fraction, "cpu", recorder.step_times, host_busy=cpu_work, clock=time.thread_time)
+    injector = SlowdownInjector(fraction, "cpu", recorder.step_times, clock=time.thread_time, cpu=time.thread_time,
+                                cpu_burn=functools.partial(burn, cpu=time.thread_time, wall=time.thread_time))
     recorder.begin()
     injector.begin()
     for step, work in enumerate(step_work):
@@ -152,30 +154,44 @@ def test_on_cpu_each_step_is_lengthened_by_the_fraction_of_itself_so_the_fastest
 
 
 class FakeClock:
-    """Host time that only the test moves: each busy wait advances it by what was asked plus an overrun."""
+    """Host time and CPU time that only the test moves: each plant advances the CPU clock by what was asked and the
+    wall clock by what was asked plus an overrun."""
 
     def __init__(self, overruns=()):
         self.now = 0.0
+        self.cpu_now = 0.0
         self.overruns = list(overruns)
         self.waits = []
+        self.burns = []
 
     def __call__(self):
         return self.now
 
-    def busy(self, seconds):
-        self.waits.append(seconds)
-        self.now += seconds + (self.overruns.pop(0) if self.overruns else 0.0)
+    def cpu(self):
+        return self.cpu_now
+
+    def step(self, wall_s, cpu_s=None):
+        self.now += wall_s
+        self.cpu_now += wall_s if cpu_s is None else cpu_s
+
+    def burn(self, cpu_s, wall_s):
+        self.waits.append(wall_s)
+        self.burns.append(cpu_s)
+        self.cpu_now += cpu_s
+        self.now += wall_s + (self.overruns.pop(0) if self.overruns else 0.0)
+
+    def injector(self, fraction, step_times=()):
+        return SlowdownInjector(fraction, "cpu", list(step_times), clock=self, cpu=self.cpu, cpu_burn=self.burn)
 
 
 def test_every_rank_plants_on_cpu_each_by_its_own_step_whether_it_records_or_not():
     """Slower code is slower on every rank; only rank 0 records steps."""
     clock = FakeClock()
-    injector = SlowdownInjector(0.5, "cpu", StepRecorder(None, device_type="cpu").step_times, host_busy=clock.busy,
-                                clock=clock)
+    injector = clock.injector(0.5, StepRecorder(None, device_type="cpu").step_times)
     injector.begin()
-    clock.now += 0.4
+    clock.step(0.4)
     assert injector.pause() == pytest.approx(0.2)
-    clock.now += 0.2
+    clock.step(0.2)
     assert injector.pause() == pytest.approx(0.1)
     assert clock.waits == [pytest.approx(0.2), pytest.approx(0.1)]
 
@@ -183,11 +199,11 @@ def test_every_rank_plants_on_cpu_each_by_its_own_step_whether_it_records_or_not
 def test_a_busy_wait_that_overran_its_deadline_is_taken_off_the_next_so_the_window_holds_the_fraction():
     """On shared cores a busy wait can end a scheduler slice late; the plant records what it really added."""
     clock = FakeClock(overruns=[0.004, 0.0, 0.0])
-    injector = SlowdownInjector(0.1, "cpu", [], host_busy=clock.busy, clock=clock)
+    injector = clock.injector(0.1)
     injector.begin()
     planted = []
     for _ in range(3):
-        clock.now += 0.05
+        clock.step(0.05)
         planted.append(injector.pause())
     assert clock.waits == [pytest.approx(0.005), pytest.approx(0.001), pytest.approx(0.005)]
     assert planted == [pytest.approx(0.009), pytest.approx(0.001), pytest.approx(0.005)]
@@ -196,16 +212,37 @@ def test_a_busy_wait_that_overran_its_deadline_is_taken_off_the_next_so_the_wind
 
 def test_the_plant_is_work_on_the_core_not_a_sleep_that_hands_the_core_away():
     """A sleeping process gets its core back with the scheduler's credit (CFS favours a task that slept), so beside
-    a second training job a sleep that doubled each step measured -4 %. The plant must burn its own CPU time."""
+    a second training job a sleep that doubled each step measured -4 %. The plant must burn its own CPU time: a step
+    of work is planted as work, on both clocks."""
     injector = SlowdownInjector(1.0, "cpu", [])
     injector.begin()
-    time.sleep(0.1)
-    cpu_before = time.thread_time()
+    cpu_work(0.05)
+    cpu_before = time.process_time()
     planted = injector.pause()
-    assert planted >= 0.1
-    # However crowded the cores, the busy wait gets some share of one (pytest-xdist beside a training case: 15 %);
-    # a sleep would have used microseconds.
-    assert time.thread_time() - cpu_before >= 0.005, "the plant slept instead of working"
+    assert planted >= 0.05
+    # The step's CPU time is planted again as CPU time, however crowded the cores; a sleep would use microseconds.
+    assert time.process_time() - cpu_before == pytest.approx(0.05, abs=0.01), "the plant slept instead of working"
+
+
+def test_on_cpu_the_plant_moves_both_clocks_by_the_fraction_working_for_the_cpu_time_and_waiting_for_the_rest():
+    """A step of 40 ms on a core and 10 ms waiting (for the other rank, for I/O): a 25 % plant works 10 ms of CPU time
+    and waits 2.5 ms more, so the step's CPU time and its wall time both grow by 25 %."""
+    clock = FakeClock()
+    injector = clock.injector(0.25)
+    injector.begin()
+    clock.step(0.05, cpu_s=0.04)
+    assert injector.pause() == pytest.approx(0.0125)
+    assert clock.burns == [pytest.approx(0.01)] and clock.waits == [pytest.approx(0.0125)]
+
+
+def test_burn_works_for_the_cpu_time_then_waits_out_the_wall_time_or_stops_at_the_wall_time():
+    began_wall, began_cpu = time.perf_counter(), time.process_time()
+    burn(0.02, 0.06)
+    assert time.perf_counter() - began_wall >= 0.06
+    assert time.process_time() - began_cpu == pytest.approx(0.02, abs=0.01)
+    began_wall = time.perf_counter()
+    burn(10.0, 0.03)
+    assert 0.03 <= time.perf_counter() - began_wall < 1.0, "a rank that keeps more than a core busy stops at the wall"
 
 
 def test_records_carry_what_was_planted_and_the_metrics_what_the_window_applied(tmp_path):

@@ -56,18 +56,19 @@ def test_bottleneck_names_the_slower_of_io_and_compute():
     assert bottleneck(None, 421.6) == "-"
 
 
-def test_profile_rows_show_throughput_tflops_mfu_and_bottleneck():
+def test_profile_rows_show_throughput_tflops_mfu_cpu_time_and_bottleneck():
     from perfgate.report.terminal import PROFILE_HEADER, profile_rows
 
     results = [{"case": "unet3d-a-gpu", "measured": {"samples_per_second": 252.0, "tflops": 181.2, "mfu": 0.183,
                                                      "io_samples_per_second": 303.3,
-                                                     "synthetic_samples_per_second": 359.4}},
+                                                     "synthetic_samples_per_second": 359.4,
+                                                     "cpu_seconds_per_sample": 0.00412, "workers_cpu_share": 0.4}},
                {"case": "openclip-fp32-cpu", "measured": {"samples_per_second": 250.0}},
                {"case": "crashed-cpu", "measured": {}}]
     rows = profile_rows(results)
-    assert rows[0] == ["unet3d-a-gpu", "252.0", "181", "18.3%", "303.3 / 359.4",
+    assert rows[0] == ["unet3d-a-gpu", "252.0", "181", "18.3%", "4.12 (workers 40%)", "303.3 / 359.4",
                        "input-bound: IO 303/s < compute 359/s"]
-    assert rows[1] == ["openclip-fp32-cpu", "250.0", "-", "-", "-", "-"]
+    assert rows[1] == ["openclip-fp32-cpu", "250.0", "-", "-", "-", "-", "-"]
     assert len(rows) == 2 and len(PROFILE_HEADER) == len(rows[0])
 
 

@@ -31,15 +31,20 @@ CPU_TOLERANCE_FLOOR = 0.06
 """The least tolerance of a CPU flavour. A baseline's spread is measured over minutes, but a shared VM's
 speed drifts over an hour: on the development VM the steady throughput of an unchanged build moved
 from +2.5 % to -4.5 % of its baseline within 30 minutes (detection run 3), so a 3 % floor cried wolf."""
+CPU_CLOCK_GATED = "cpu_seconds_per_sample"
+"""The CPU clock's gated metric: CPU time per sample, which a source that reads logs cannot give."""
 DEFAULT_GATED = {
     "gpu": ("samples_per_second", "total_time_secs"),
-    "cpu": ("fastest_step_samples_per_second",),
+    "cpu": ("fastest_step_samples_per_second", CPU_CLOCK_GATED),
 }
 """What a case gates unless it says otherwise. A dedicated GPU's steps are steady, so its mean throughput is
 the truth. Shared CPU runners interfere in bursts that only ever add time: in detection run 4 (a noisy
 hour of the development VM) unchanged runs' mean throughput moved -13 %..+11 % from their baseline, the
 fastest half of the steps -11 %..+8 %, the fastest step -8 %..+7 %, and only the fastest step kept every
-10 % slowdown apart from them. A regression confined to a few steps is left to the GPU flavour."""
+10 % slowdown apart from them. A regression confined to a few steps is left to the GPU flavour. The CPU
+flavour gates a second clock beside it, CPU time per sample, which the slices given to other work do not
+reach: more work per step moves both, a wait only the wall clock. A GPU flavour records host CPU per step and
+gates it where the flavour asks (``Flavour(gated=(..., "host_cpu_per_step_s"))``)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,11 @@ class Flavour:
     """A fixed tolerance (fraction); None derives it from the noise measured at --update-baselines."""
     tolerance_floor: float = 0.03
     """The least tolerance a noise-derived one may be."""
+    cpu_tolerance: float | None = None
+    """The CPU clock's fixed tolerance (its metrics': CPU time per sample or per step); None derives it from noise."""
+    cpu_tolerance_floor: float = 0.02
+    """The least tolerance a noise-derived one of the CPU clock may be: CPU time does not count the slices a shared
+    machine gives other work, so it holds a tighter tolerance than the wall clock."""
     timeout_s: float = 600.0
     target_ci: float | None = None
     """Adaptive length: stop once the ~95 % interval of the median step time is within this fraction of it
@@ -64,6 +74,19 @@ class Flavour:
     """Why this flavour cannot run (an invalid combination, a missing package): the test skips saying so."""
     benchy_steps: int = 0
     """Steps of the IO and SYNTHETIC phases the first run of the case measures after its window (0: none)."""
+    gated: tuple[str, ...] | None = None
+    """This flavour's gated metrics, over the case's ``gated`` and the defaults."""
+
+    def fixed_tolerance(self, clock: str = "wall") -> float | None:
+        """The fixed tolerance of a metric read on ``clock`` (``wall`` or ``cpu``); None: derived from noise."""
+        return self.cpu_tolerance if clock == "cpu" else self.tolerance
+
+    def least_tolerance(self, clock: str = "wall") -> float:
+        """The least relative change that counts on ``clock``: the fixed tolerance, else the noise floor."""
+        fixed = self.fixed_tolerance(clock)
+        if fixed is not None:
+            return fixed
+        return self.cpu_tolerance_floor if clock == "cpu" else self.tolerance_floor
 
 
 def default_steps_args(steps: int, world_size: int, local_batch: int | None) -> dict[str, Any]:
@@ -127,7 +150,11 @@ class CaseRun:
 
     @property
     def gated(self) -> tuple[str, ...]:
-        return self.case.gated or DEFAULT_GATED[self.kind]
+        """The flavour's own, else the case's, else the defaults, less the CPU clock where the source cannot read it."""
+        chosen = self.flavour.gated or self.case.gated
+        if chosen:
+            return chosen
+        return tuple(m for m in DEFAULT_GATED[self.kind] if m != CPU_CLOCK_GATED or self.case.records.cpu_clock)
 
     @property
     def id(self) -> str:

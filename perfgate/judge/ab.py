@@ -28,6 +28,8 @@ from perfgate.outcome import CaseFailed
 class RevisionReference:
     """The reference revision's runs of one case, as a baseline that grows with every pair."""
 
+    remedy = "it is gated against a reference revision that measures it"
+
     def __init__(self, revision: Revision, measurer: Measurer, plan: Plan, tolerance: float) -> None:
         self.revision = revision
         self.measurer = measurer
@@ -41,9 +43,12 @@ class RevisionReference:
         for name in run.gated:
             runs = tuple(measurement.values(name))
             if not runs:
-                raise CaseFailed(f"{run.key}: the reference {self.revision.name} does not report {name}")
+                continue  # a revision from before the metric: the gate says it was left out
             gated[name] = baselines.MetricBaseline(stats.median(runs), METRICS[name].better, self.tolerance,
                                                    METRICS[name].unit, runs)
+        if not gated:
+            raise CaseFailed(f"{run.key}: the reference {self.revision.name} reports none of the gated metrics "
+                             f"({', '.join(run.gated)})")
         return baselines.Baseline(run.key, self.plan.hardware_class, gated,
                                   provenance={"measured": measurement.medians(), "commit": self.revision.commit},
                                   workload_version=run.case.version)

@@ -28,6 +28,10 @@ class StaleBaselineWarning(UserWarning):
     """A case ran significantly faster than its baseline allows: re-measure and review the baseline."""
 
 
+class UngatedMetricWarning(UserWarning):
+    """A metric the case gates was left out: its reference does not have it (a baseline or revision from before it)."""
+
+
 class PlantNotTakenWarning(UserWarning):
     """A planted slowdown moved a gated metric by less than half of what it should: a gate proven with that plant
     proves nothing."""
@@ -55,6 +59,8 @@ class Reference(Protocol):
 
     where: Path | str
     """Where the reference lives, for messages."""
+    remedy: str
+    """What gates a metric the reference lacks (one from before the metric)."""
 
     def load(self) -> baselines.Baseline | None:
         """The reference; None when there is none yet; BaselineError when it cannot be trusted."""
@@ -62,6 +68,8 @@ class Reference(Protocol):
 
 class StoredBaseline:
     """A reviewed baseline file under --baseline-dir, which --update-baselines (re)writes."""
+
+    remedy = "re-measure the baseline with --update-baselines to gate it"
 
     def __init__(self, path: Path) -> None:
         self.where = path
@@ -117,6 +125,9 @@ class Gate:
     def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, Any]:
         """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""
         plan, result, cap = self.plan, self.result, self.repeat_cap()
+        self.note_ungated([name for name in plan.run.gated if name not in baseline.metrics],
+                          f"its reference ({self.reference.where}) has none (it is from before the metric); "
+                          f"{self.reference.remedy}")
         while True:
             current = self._values(baseline, measurement)
             try:
@@ -200,6 +211,27 @@ class Gate:
         return {name: [metrics.calibrated(name, value, now, reference) for value in measurement.values(name)]
                 for name in baseline.metrics}
 
+    def floors(self) -> dict[str, float]:
+        """Each gated metric's least tolerance, by the clock it reads."""
+        return {name: self.plan.tolerance_floor(METRICS[name].clock) for name in self.plan.run.gated}
+
+    def measured_gated(self, measurement: Measurement) -> list[str]:
+        """The gated metrics the runs measured; one that none did (CPU time from records without it) is left out,
+        saying so, as long as another remains."""
+        run = self.plan.run
+        measured = [name for name in run.gated if measurement.values(name)]
+        if not measured:
+            raise CaseFailed(f"{run.key}: the runs measured none of the gated metrics ({', '.join(run.gated)})")
+        self.note_ungated([n for n in run.gated if n not in measured], "the runs did not measure it")
+        return measured
+
+    def note_ungated(self, names: list[str], why: str) -> None:
+        """Says, in result.json and with a warning, which gated metrics were left out and why."""
+        if not names:
+            return
+        self.result.setdefault("ungated", []).extend({"metric": name, "why": why} for name in names)
+        warnings.warn(UngatedMetricWarning(f"{self.plan.run.key}: {', '.join(names)} not gated: {why}"))
+
     def unit(self, name: str) -> str:
         return metrics.unit_of(name, self.plan.run.case.records.unit)
 
@@ -225,7 +257,7 @@ class Gate:
         planned = self.settings.baseline_repeats
         measurement = self.measurer.measure(planned)
         for _ in range(planned // 2):
-            if len(measurement.runs) - len(measurement.disturbed(self.plan.run.gated, self.plan.tolerance_floor)) \
+            if len(measurement.runs) - len(measurement.disturbed(self.floors())) \
                     >= planned:
                 break
             self.measurer.launch_once(planned + planned // 2)
@@ -250,7 +282,7 @@ class Gate:
 
     def update(self, old: baselines.Baseline | None, measurement: Measurement) -> dict[str, Any]:
         """Writes the runs, less the disturbed ones, as the new baseline; the result shows old against new."""
-        dropped = measurement.disturbed(self.plan.run.gated, self.plan.tolerance_floor)
+        dropped = measurement.disturbed(self.floors())
         new = self.new_baseline(measurement, dropped)
         baselines.write(self.reference.where, new)
         rows = []
@@ -271,11 +303,12 @@ class Gate:
         run, flavour = plan.run, plan.run.flavour
         kept = Measurement([r for r in measurement.runs if r["run"] not in dropped], measurement.command)
         new_metrics = {}
-        for name in run.gated:
+        for name in self.measured_gated(kept):
             runs = tuple(float(f"{v:.6g}") for v in kept.values(name))
-            tolerance = flavour.tolerance
+            clock = METRICS[name].clock
+            tolerance = flavour.fixed_tolerance(clock)
             if tolerance is None:
-                tolerance = round(stats.noise_tolerance(runs, flavour.tolerance_floor), 4)
+                tolerance = round(stats.noise_tolerance(runs, flavour.least_tolerance(clock)), 4)
             new_metrics[name] = baselines.MetricBaseline(
                 value=float(f"{stats.median(runs):.6g}"), better=METRICS[name].better,
                 tolerance=tolerance, unit=self.unit(name), runs=runs,

@@ -44,11 +44,9 @@ class Plan:
     node_hardware: tuple[hardware.Hardware, ...] = ()
     """Each node's hardware, where the launcher read it from every node (not the local launcher)."""
 
-    @property
-    def tolerance_floor(self) -> float:
-        """The least relative change that counts: the flavour's fixed tolerance, else its noise floor."""
-        flavour = self.run.flavour
-        return flavour.tolerance if flavour.tolerance is not None else flavour.tolerance_floor
+    def tolerance_floor(self, clock: str = "wall") -> float:
+        """The least relative change that counts on ``clock``: the flavour's fixed tolerance, else its noise floor."""
+        return self.run.flavour.least_tolerance(clock)
 
 
 def plan(run: CaseRun, settings: Settings, node_hardware: Sequence[hardware.Hardware], *, workdir: Path, root: Path,

@@ -16,7 +16,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan
@@ -79,10 +79,11 @@ class Measurement:
     def values(self, metric: str) -> list[float]:
         return [run["metrics"][metric] for run in self.runs if run["metrics"].get(metric) is not None]
 
-    def disturbed(self, gated: Sequence[str], floor: float) -> list[int]:
-        """The numbers of the runs that any gated metric finds disturbed (see stats.disturbed)."""
+    def disturbed(self, floors: Mapping[str, float]) -> list[int]:
+        """The numbers of the runs that any gated metric finds disturbed (see stats.disturbed); ``floors`` maps each
+        gated metric to its least tolerance."""
         found = set()
-        for name in gated:
+        for name, floor in floors.items():
             runs = [run for run in self.runs if run["metrics"].get(name) is not None]
             values = [run["metrics"][name] for run in runs]
             found.update(runs[i]["run"] for i in stats.disturbed(values, METRICS[name].better, floor))

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 from perfgate.measure import flops
-from perfgate.records.steps import RunRecords
+from perfgate.records.steps import RunRecords, StepRecord
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class MetricInfo:
     unit: str
     better: str  # "higher" or "lower"
     description: str
+    clock: str = "wall"
+    """Which clock the metric reads: ``wall`` or ``cpu`` (the CPU time the rank spent, see records.cpu_time)."""
 
 
 METRICS: dict[str, MetricInfo] = {
@@ -29,6 +32,16 @@ METRICS: dict[str, MetricInfo] = {
     "fastest_step_samples_per_second": MetricInfo(
         "samples/s", "higher", "throughput of the window's fastest step: the run's speed least touched by other "
         "tenants, as timeit's best-of; any change that slows every step still moves it"),
+    "cpu_seconds_per_sample": MetricInfo(
+        "CPU s/sample", "lower", "CPU seconds rank 0's process (all threads) and loader workers spent per sample it "
+        "trained, over the window: the second clock, blind to the time slices a shared machine gives other work",
+        clock="cpu"),
+    "host_cpu_per_step_s": MetricInfo(
+        "CPU s", "lower", "median CPU seconds rank 0's process spent per step, loader workers apart: on GPU, the "
+        "host's Python and launch overhead, hidden while the GPU is the bottleneck", clock="cpu"),
+    "workers_cpu_share": MetricInfo(
+        "fraction", "lower", "share of the window's CPU time (rank 0's process and loader workers) the workers spent",
+        clock="cpu"),
     "samples_per_second_per_rank": MetricInfo("samples/s", "higher", "throughput per rank (per GPU)"),
     "total_time_secs": MetricInfo("s", "lower", "MMoCLIP total time: every step's time except the first"),
     "step_time_median_s": MetricInfo("s", "lower", "median step time in the measured window"),
@@ -78,6 +91,10 @@ class RunMetrics:
     io_samples_per_second: float | None = None
     synthetic_samples_per_second: float | None = None
     planted_fraction: float | None = None
+    cpu_seconds_per_sample: float | None = None
+    host_cpu_per_step_s: float | None = None
+    workers_cpu_share: float | None = None
+    """Share of the window's CPU time (process and workers) that the loader workers spent; None without workers."""
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -174,7 +191,22 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         io_samples_per_second=records.phases.get("io", {}).get("samples_per_second"),
         synthetic_samples_per_second=records.phases.get("synthetic", {}).get("samples_per_second"),
         planted_fraction=sum(planted) / (window_s - sum(planted)) if planted and window_s > sum(planted) else None,
+        **cpu_clock(window, world),
     )
+
+
+def cpu_clock(window: Sequence[StepRecord], world: int) -> dict[str, float | None]:
+    """The second clock's metrics over the window; None where a step has no CPU time (a source that reads logs)."""
+    if not window or any(s.cpu_s is None for s in window):
+        return {"cpu_seconds_per_sample": None, "host_cpu_per_step_s": None, "workers_cpu_share": None}
+    process = sum(s.cpu_s or 0.0 for s in window)
+    workers = sum(s.workers_cpu_s or 0.0 for s in window)
+    samples_per_rank = sum(s.samples for s in window) / world
+    return {
+        "cpu_seconds_per_sample": (process + workers) / samples_per_rank if samples_per_rank else None,
+        "host_cpu_per_step_s": statistics.median(s.cpu_s or 0.0 for s in window),
+        "workers_cpu_share": workers / (process + workers) if workers > 0 else None,
+    }
 
 
 def time_accounting(records: RunRecords, warmup: int, launched_at: float,

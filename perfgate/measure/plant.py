@@ -18,7 +18,11 @@ On CPU a step's work is done when its Python calls return, so a step's natural d
 elapsed time on the host clock and each step is lengthened by F of itself: the fastest step, the median
 and the mean all move by F (planting F of a typical step instead moved a CPU case's fastest step, which
 the CPU flavour gates, by 2-3 F). Every rank plants, each by its own step: the code is slower everywhere,
-not on one rank. On GPU the host runs ahead of the device, so the natural duration is the
+not on one rank. The CPU flavour gates a second clock, CPU time, so the plant moves it by F too: it works
+until the rank has spent F of the step's CPU time (its process's and its loader workers') and only then, if the
+step's wall time is not yet F longer, waits out the rest, which is F of the time the step spent off a core
+(waiting for the other rank, for I/O). A rank that keeps more than one core busy reaches the wall target first;
+its CPU clock then moves by less than F. On GPU the host runs ahead of the device, so the natural duration is the
 median of the last few resolved steps (never the first, which compiles) with what was planted in them
 taken out, so nothing waits for the device to find it and the plant does not compound. Only rank 0
 resolves its steps, so only rank 0 plants there: the others wait for it at the next gradient all-reduce.
@@ -31,6 +35,8 @@ import statistics
 import time
 from collections import deque
 from typing import Any, Callable, Sequence
+
+from perfgate.records.cpu_time import CpuClock
 
 
 class DeviceSpin:
@@ -88,6 +94,18 @@ def busy_wait(seconds: float) -> None:
         pass
 
 
+def burn(cpu_s: float, wall_s: float, *, cpu: Callable[[], float] = time.process_time,
+         wall: Callable[[], float] = time.perf_counter) -> None:
+    """Works on this thread until the process has spent ``cpu_s`` more CPU seconds or ``wall_s`` have passed, then
+    sleeps out the rest of ``wall_s``: slower code costs CPU time, and the waits between its work grow with it."""
+    cpu_deadline, wall_deadline = cpu() + cpu_s, wall() + wall_s
+    while cpu() < cpu_deadline and wall() < wall_deadline:
+        pass
+    rest = wall_deadline - wall()
+    if rest > 0:
+        time.sleep(rest)
+
+
 class SlowdownInjector:
     """Plants ``fraction`` of each step's natural duration in that step; call ``begin`` where the first step
     starts, and ``pause`` once per step, after the step's work is queued and before its end is marked."""
@@ -98,19 +116,26 @@ class SlowdownInjector:
     def __init__(self, fraction: float, device_type: str, step_times: Sequence[float], *,
                  host_busy: Callable[[float], None] = busy_wait,
                  device_spin: Callable[[float], None] | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 cpu_burn: Callable[[float, float], None] = burn,
+                 cpu: Callable[[], float] | None = None) -> None:
         """``step_times``: on GPU, the recorder's resolved step times, a list that grows as steps resolve (empty
         on ranks that record nothing, which then plant nothing). On CPU each rank times its own steps on
-        ``clock``."""
+        ``clock`` and ``cpu`` (its process's and workers' CPU seconds) and plants with ``cpu_burn(cpu_s, wall_s)``."""
         if fraction < 0:
             raise ValueError(f"slowdown fraction must be >= 0, got {fraction}")
         self.fraction = fraction
         self._step_times = step_times
-        self._cpu = device_type != "cuda"
+        self._on_cpu = device_type != "cuda"
         self._clock = clock
         self._step_began: float | None = None
         self._ahead = 0.0
         """CPU: seconds planted beyond the plan so far (a busy wait that ends off its core overruns its deadline)."""
+        self._cpu_ahead = 0.0
+        """CPU: CPU seconds planted beyond the plan so far (never below 0: a shortfall is not owed later)."""
+        self._cpu_burn = cpu_burn
+        self._cpu_clock = cpu or (CpuClock().total if self._on_cpu and fraction > 0 else time.process_time)
+        self._cpu_began = 0.0
         self._host_busy = host_busy
         self._device_spin = device_spin
         if device_spin is None and device_type == "cuda" and fraction > 0:
@@ -131,12 +156,13 @@ class SlowdownInjector:
     def begin(self) -> None:
         """Marks where the first step begins (CPU: its natural duration is timed from here)."""
         self._step_began = self._clock()
+        self._cpu_began = self._cpu_clock()
 
     def pause(self) -> float:
         """Plants this step's share; returns the seconds planted."""
         if self.fraction <= 0:
             return 0.0
-        if self._cpu:
+        if self._on_cpu:
             return self._pause_cpu()
         natural = self.natural_step_s()
         delay = self.fraction * natural if natural else 0.0
@@ -148,16 +174,18 @@ class SlowdownInjector:
         return delay
 
     def _pause_cpu(self) -> float:
-        """F of this step's own elapsed time, as measured: on shared cores a busy wait can end a scheduler slice past
-        its deadline (beside two busy processes, 1 ms on average: 2 points of a 5 % plant on 50 ms steps), so what
-        one overran is taken off the next, and the window holds F."""
-        now = self._clock()
+        """F of this step's own elapsed time and CPU time, as measured: on shared cores a busy wait can end a scheduler
+        slice past its deadline (beside two busy processes, 1 ms on average: 2 points of a 5 % plant on 50 ms steps),
+        so what one overran is taken off the next, and the window holds F."""
+        now, cpu_now = self._clock(), self._cpu_clock()
         natural = now - self._step_began if self._step_began is not None else 0.0
-        target = self.fraction * natural
+        natural_cpu = cpu_now - self._cpu_began
+        target, cpu_target = self.fraction * natural, self.fraction * natural_cpu
         if target > 0:
-            self._host_busy(max(0.0, target - self._ahead))
-        self._step_began = self._clock()
+            self._cpu_burn(max(0.0, cpu_target - self._cpu_ahead), max(0.0, target - self._ahead))
+        self._step_began, self._cpu_began = self._clock(), self._cpu_clock()
         planted = self._step_began - now
         self._ahead += planted - target
+        self._cpu_ahead = max(0.0, self._cpu_ahead + self._cpu_began - cpu_now - cpu_target)
         self.planted.append(planted)
         return planted

@@ -37,6 +37,8 @@ class RecordSource(Protocol):
     command that does so. Otherwise the program writes its records itself, with ``args`` telling it where."""
 
     instruments: bool
+    cpu_clock: bool
+    """Whether its step records carry the CPU time of each step (perfgate's recorder does; a log does not)."""
     unit: str
     """What the records count as a sample (samples, tokens, images): results say "tokens/s" where it is tokens."""
 
@@ -53,6 +55,7 @@ class JsonRecords:
 
     filename: str = "steps.jsonl"
     instruments = False
+    cpu_clock = True
     unit = "samples"
 
     def args(self, workdir: Path) -> list[str]:
@@ -77,6 +80,7 @@ class OpenClipLog:
 
     relpath: str
     instruments = False
+    cpu_clock = False
     unit = "samples"
 
     def args(self, workdir: Path) -> list[str]:
@@ -117,6 +121,7 @@ class OptimizerSteps:
     """fp32, tf32, amp (fp16) or amp_bf16: the peak MFU is taken against, with ``flops_per_sample``."""
     filename: str = "steps.jsonl"
     instruments = True
+    cpu_clock = True
 
     def __post_init__(self) -> None:
         if self.samples_per_step < 1:
@@ -162,6 +167,7 @@ class LogLines:
     samples_per_step: int
     unit: str = "samples"
     instruments = False
+    cpu_clock = False
 
     def __post_init__(self) -> None:
         groups = re.compile(self.pattern).groupindex

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from perfgate.records.cpu_time import CpuClock
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -35,6 +37,11 @@ class StepRecord:
     """Wall-clock time (``time.time()``) when rank 0 wrote the record, once the step was done."""
     planted_s: float | None = None
     """Seconds of planted slowdown in this step (``--inject-slowdown``); None where nothing was planted."""
+    cpu_s: float | None = None
+    """CPU seconds rank 0's process (all its threads) spent in the step, the second clock; None where the source
+    cannot see the process (log lines)."""
+    workers_cpu_s: float | None = None
+    """CPU seconds rank 0's loader workers spent in the step (clock ticks: precise over a window, not a step)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,10 @@ def parse_line(line: str, source: str = "records") -> dict[str, Any] | None:
     return obj
 
 
+def optional_float(obj: dict[str, Any], name: str) -> float | None:
+    return None if obj.get(name) is None else float(obj[name])
+
+
 def step_from_dict(obj: dict[str, Any], source: str = "records") -> StepRecord:
     try:
         return StepRecord(
@@ -79,10 +90,12 @@ def step_from_dict(obj: dict[str, Any], source: str = "records") -> StepRecord:
             samples=int(obj["samples"]),
             step_s=float(obj["step_s"]),
             data_s=float(obj["data_s"]),
-            loss=None if obj.get("loss") is None else float(obj["loss"]),
-            lr=None if obj.get("lr") is None else float(obj["lr"]),
-            t=None if obj.get("t") is None else float(obj["t"]),
-            planted_s=None if obj.get("planted_s") is None else float(obj["planted_s"]),
+            loss=optional_float(obj, "loss"),
+            lr=optional_float(obj, "lr"),
+            t=optional_float(obj, "t"),
+            planted_s=optional_float(obj, "planted_s"),
+            cpu_s=optional_float(obj, "cpu_s"),
+            workers_cpu_s=optional_float(obj, "workers_cpu_s"),
         )
     except KeyError as exc:
         raise RecordsError(f"{source}: step record without field {exc.args[0]!r}: {obj}") from None
@@ -193,6 +206,8 @@ class _PendingStep:
     lr: float | None
     end_marker: Any
     scalars: Any
+    cpu: tuple[float, float | None]
+    """The CPU clock when the step's end was marked on the host."""
     planted_s: float | None = None
 
 
@@ -203,7 +218,8 @@ class StepRecorder:
     previous step's end marker and this one, so consecutive step times add up to wall time. Markers
     are resolved late: a step is written once the device has reached its end marker, checked with a
     non-blocking query. Loss and other scalars are copied to pinned host memory asynchronously before
-    the marker, so reading them then costs nothing. ``close`` waits for the last steps once.
+    the marker, so reading them then costs nothing. ``close`` waits for the last steps once. The CPU clock is read
+    on the host beside each marker (a step's CPU time is the host's between two step ends, on GPU too).
     """
 
     def __init__(
@@ -213,6 +229,7 @@ class StepRecorder:
         device_type: str,
         on_step: Callable[[StepRecord, dict[str, float]], None] | None = None,
         clock: Any = None,
+        cpu_clock: CpuClock | None = None,
     ) -> None:
         self._path = Path(path) if path else None
         self._file = self._path.open("w") if self._path else None
@@ -224,6 +241,8 @@ class StepRecorder:
 
             self._torch = torch
         self._clock = clock or (_CudaClock(self._torch) if self._cuda else HostClock())
+        self._cpu_clock = cpu_clock or CpuClock()
+        self._last_cpu: tuple[float, float | None] = (0.0, None)
         self._pending: list[_PendingStep] = []
         self._spare_pinned: list[Any] = []
         """Pinned host buffers of resolved steps, reused: the device has passed their copies."""
@@ -246,6 +265,7 @@ class StepRecorder:
         """Marks the origin of the first step; call right before fetching its first batch."""
         if self.active:
             self._last_end = self._clock.mark()
+            self._last_cpu = self._cpu_clock.read()
             self._data_started = time.perf_counter()
 
     def data_ready(self) -> float:
@@ -268,14 +288,16 @@ class StepRecorder:
                 host.copy_(stacked, non_blocking=True)
             else:
                 host = stacked
-        self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host), planted_s))
+        self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host),
+                                          self._cpu_clock.read(), planted_s))
         self._data_started = time.perf_counter()
         self._resolve(block=False)
 
     def end_gap(self) -> None:
         """Ends an interval that is not a step (an update the GradScaler skipped): the next step is timed from here."""
         if self.active:
-            self._pending.append(_PendingStep(None, 0, 0.0, None, self._clock.mark(), ([], None)))
+            self._pending.append(_PendingStep(None, 0, 0.0, None, self._clock.mark(), ([], None),
+                                              self._cpu_clock.read()))
 
     def _pinned_buffer(self, size: int) -> Any:
         """A pinned buffer for one step's scalars: a spare one once steps resolve, so a step allocates nothing."""
@@ -292,6 +314,8 @@ class StepRecorder:
                 self._clock.wait(pending.end_marker)
             step_s = self._clock.seconds(self._last_end, pending.end_marker)
             self._last_end = pending.end_marker
+            (process, workers), (process_before, workers_before) = pending.cpu, self._last_cpu
+            self._last_cpu = pending.cpu
             names, host = pending.scalars
             values = dict(zip(names, (float(v) for v in host.tolist()))) if host is not None else {}
             if self._cuda and host is not None:
@@ -301,8 +325,10 @@ class StepRecorder:
             self.last_step_s = step_s
             self.step_times.append(step_s)
             record = StepRecord(pending.step, pending.samples, step_s, pending.data_s, values.get("loss"), pending.lr,
-                                time.time(), pending.planted_s)
-            self.write("step", **{k: v for k, v in asdict(record).items() if k != "planted_s" or v is not None})
+                                time.time(), pending.planted_s, cpu_s=process - process_before,
+                                workers_cpu_s=None if workers is None or workers_before is None
+                                else workers - workers_before)
+            self.write("step", **{k: v for k, v in asdict(record).items() if v is not None})
             if self._on_step is not None:
                 self._on_step(record, values)
 

@@ -37,6 +37,8 @@ def extra_info(result: dict[str, Any]) -> dict[str, Any]:
         "runs": len(result.get("per_run", [])),
         "samples_per_second": measured.get("samples_per_second"),
         "total_time_secs": measured.get("total_time_secs"),
+        "cpu_seconds_per_sample": measured.get("cpu_seconds_per_sample"),
+        "host_cpu_per_step_s": measured.get("host_cpu_per_step_s"),
         "baseline_file": result.get("baseline_file"),
         "injected_slowdown": result.get("injected_slowdown", 0.0),
         "gated": [{key: row.get(key) for key in ("metric", "unit", "measured", "baseline", "change", "tolerance",

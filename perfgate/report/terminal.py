@@ -76,7 +76,7 @@ def table(rows: list[list[str]], header: Sequence[str] = ("case", "metric", "mea
     return [fmt(header), fmt(["-" * w for w in widths]), *(fmt(row) for row in rows)]
 
 
-PROFILE_HEADER = ("case", "samples/s", "TFLOP/s", "MFU", "IO / SYNTHETIC samples/s", "bottleneck")
+PROFILE_HEADER = ("case", "samples/s", "TFLOP/s", "MFU", "CPU ms/sample", "IO / SYNTHETIC samples/s", "bottleneck")
 
 
 def bottleneck(io: float | None, synthetic: float | None) -> str:
@@ -89,7 +89,8 @@ def bottleneck(io: float | None, synthetic: float | None) -> str:
 
 
 def profile_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
-    """What each measured case achieved: throughput, model TFLOP/s and MFU, and its benchy bottleneck."""
+    """What each measured case achieved: throughput, model TFLOP/s and MFU, the CPU time it took per sample (with the
+    loader workers' share), and its benchy bottleneck."""
     rows = []
     for result in results:
         measured = result.get("measured") or {}
@@ -102,10 +103,19 @@ def profile_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
             f"{measured['samples_per_second']:,.1f}",
             "-" if tflops is None else f"{tflops:,.3g}",
             "-" if mfu is None else f"{mfu:.1%}",
+            cpu_per_sample(measured),
             "-" if io is None and synthetic is None else f"{_rate(io)} / {_rate(synthetic)}",
             bottleneck(io, synthetic),
         ])
     return rows
+
+
+def cpu_per_sample(measured: dict[str, Any]) -> str:
+    """``12.3`` CPU milliseconds per sample, ``12.3 (workers 40%)`` with loader workers."""
+    per_sample, workers = measured.get("cpu_seconds_per_sample"), measured.get("workers_cpu_share")
+    if per_sample is None:
+        return "-"
+    return f"{per_sample * 1e3:,.3g}" + ("" if not workers else f" (workers {workers:.0%})")
 
 
 def _rate(value: float | None) -> str:

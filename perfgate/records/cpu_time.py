@@ -1,0 +1,72 @@
+"""The second clock: CPU time a rank spends, read beside each step's wall-clock marker.
+
+Wall time counts the slices a shared machine gives to other work; CPU time counts only what the rank's own
+process did (every thread: the training loop, intra-op threads, gloo's) and, separately, what its loader
+workers did. A slower kernel or more Python per step moves both clocks; a wait (a lock, a sleep, I/O, a
+barrier behind a slow rank) moves only the wall clock.
+
+Loader workers are the child processes of the rank's main thread (torch's DataLoader starts them there): live
+ones are read from ``/proc/<pid>/stat``, in clock ticks (10 ms on most kernels, so only their sum over a window
+is precise), and exited ones from ``os.times`` once reaped. Where ``/proc`` cannot list children (not Linux),
+worker CPU is None.
+
+No torch import: workloads import this under torchrun.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+UTIME_FIELD = 11
+"""Index of utime in /proc/<pid>/stat after the command name's closing parenthesis (stime follows)."""
+
+
+class WorkerCpu:
+    """CPU seconds of this process's child processes so far: live ones from /proc, reaped ones from os.times.
+
+    A child reaped between the listing and ``os.times`` can be missed once or counted twice: a few ticks, once
+    an epoch, where non-persistent workers are replaced."""
+
+    def __init__(self) -> None:
+        pid = os.getpid()
+        self._children = f"/proc/{pid}/task/{pid}/children"
+        self._tick_s = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+        self.available = os.path.exists(self._children)
+
+    def __call__(self) -> float | None:
+        if not self.available:
+            return None
+        reaped = os.times()
+        total = reaped.children_user + reaped.children_system
+        try:
+            with open(self._children) as fh:
+                pids = fh.read().split()
+        except OSError:
+            return None
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            total += (int(fields[UTIME_FIELD]) + int(fields[UTIME_FIELD + 1])) * self._tick_s
+        return total
+
+
+class CpuClock:
+    """Reads the rank's process CPU time (all threads) and its loader workers' CPU time, in seconds so far."""
+
+    def __init__(self, process: Callable[[], float] = time.process_time,
+                 workers: Callable[[], float | None] | None = None) -> None:
+        self.process = process
+        self.workers = workers if workers is not None else WorkerCpu()
+
+    def read(self) -> tuple[float, float | None]:
+        return self.process(), self.workers()
+
+    def total(self) -> float:
+        """Process and worker CPU together: what a planted slowdown is sized against."""
+        process, workers = self.read()
+        return process + (workers or 0.0)

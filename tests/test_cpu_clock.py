@@ -1,0 +1,152 @@
+"""The second clock: each step's CPU time, the rank's process and its loader workers, read by the real recorder."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from perfgate.measure.metrics import compute
+from perfgate.measure.plant import SlowdownInjector, busy_wait
+from perfgate.records.cpu_time import CpuClock, WorkerCpu
+from perfgate.records.steps import RunRecords, StepRecord, StepRecorder, read_records
+
+pytestmark = pytest.mark.floor
+LOSS = {"loss": torch.zeros(())}
+BURN_THEN_WAIT = ("import sys, time\n"
+                  "end = time.process_time() + float(sys.argv[1])\n"
+                  "while time.process_time() < end: pass\n"
+                  "print('burnt', flush=True)\n"
+                  "time.sleep(float(sys.argv[2]))\n")
+"""A child that spends a given CPU time, says so, then waits (alive, spending nothing) for a given time."""
+
+
+def cpu_work(seconds: float) -> None:
+    """Burns ``seconds`` of this process's CPU time, however long that takes on a shared core."""
+    deadline = time.process_time() + seconds
+    while time.process_time() < deadline:
+        pass
+
+
+def child(cpu_s: float, then_wait_s: float) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", BURN_THEN_WAIT, str(cpu_s), str(then_wait_s)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "burnt"
+    return proc
+
+
+def test_worker_cpu_counts_live_children_and_reaped_ones():
+    workers = WorkerCpu()
+    assert workers.available, "this kernel has no /proc/<pid>/task/<pid>/children"
+    before = workers()
+    live = child(0.3, 30)
+    try:
+        assert workers() - before == pytest.approx(0.3, abs=0.05)
+    finally:
+        live.kill()
+        live.wait()
+    reaped = child(0.2, 0)
+    reaped.wait()
+    assert workers() - before == pytest.approx(0.5, abs=0.08)
+
+
+def test_each_step_carries_the_process_cpu_time_and_the_workers(tmp_path):
+    """A step of 100 ms of the process's CPU work, then one in which a child worked 200 ms and the process waited."""
+    recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cpu")
+    recorder.begin()
+    cpu_work(0.1)
+    recorder.end_step(0, samples=4, data_s=0.0, lr=None, scalars=LOSS)
+    worker = child(0.2, 0)
+    worker.wait()
+    recorder.end_step(1, samples=4, data_s=0.0, lr=None, scalars=LOSS)
+    recorder.close()
+    first, second = read_records(tmp_path / "steps.jsonl").steps
+    assert first.cpu_s == pytest.approx(0.1, abs=0.01) and first.workers_cpu_s == pytest.approx(0.0, abs=0.011)
+    assert second.cpu_s < 0.05 and second.workers_cpu_s == pytest.approx(0.2, abs=0.03)
+
+
+class Burning(torch.utils.data.Dataset):
+    """Each item costs its loader worker 20 ms of CPU time."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        cpu_work(0.02)
+        return torch.zeros(4)
+
+
+def test_a_dataloaders_workers_count_on_the_cpu_clock_so_a_slower_pipeline_shows_there(tmp_path):
+    loader = torch.utils.data.DataLoader(Burning(), batch_size=2, num_workers=2)
+    recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cpu")
+    recorder.write("start", world_size=1)
+    recorder.begin()
+    for step, _ in enumerate(loader):
+        cpu_work(0.005)
+        recorder.end_step(step, samples=2, data_s=0.0, lr=None, scalars=LOSS)
+    recorder.close()
+    records = read_records(tmp_path / "steps.jsonl")
+    workers = sum(s.workers_cpu_s for s in records.steps)
+    assert workers == pytest.approx(64 * 0.02, rel=0.25)
+    measured = compute(records, warmup=0)
+    assert measured.workers_cpu_share > 0.6
+    assert measured.cpu_seconds_per_sample == pytest.approx(0.02 + 0.0025, rel=0.3)
+
+
+def steps(cpu_s, workers_cpu_s=None, samples=8, step_s=0.1):
+    return tuple(StepRecord(i, samples, step_s, 0.0, cpu_s=c, workers_cpu_s=w)
+                 for i, (c, w) in enumerate(zip(cpu_s, workers_cpu_s or [None] * len(cpu_s))))
+
+
+def test_cpu_metrics_are_per_sample_of_one_rank_and_the_median_step_of_the_process():
+    records = RunRecords(start={"world_size": 2}, steps=steps([9.0, 0.2, 0.1, 0.3], [0.0, 0.1, 0.1, 0.1]))
+    measured = compute(records, warmup=1)
+    # 2 ranks share the 8 samples of a step: rank 0 trained 4 per step, 12 in the window, on 0.9 CPU seconds.
+    assert measured.cpu_seconds_per_sample == pytest.approx(0.9 / 12)
+    assert measured.host_cpu_per_step_s == pytest.approx(0.2)
+    assert measured.workers_cpu_share == pytest.approx(0.3 / 0.9)
+
+
+def test_records_without_cpu_time_give_no_cpu_metrics():
+    measured = compute(RunRecords(steps=steps([None, None, None])), warmup=1)
+    assert (measured.cpu_seconds_per_sample, measured.host_cpu_per_step_s, measured.workers_cpu_share) == (None,) * 3
+
+
+def real_loop(tmp_path, name, fraction=0.0, wait_s=0.0):
+    """Steps of 40 ms of CPU work (and ``wait_s`` of sleeping), through the real recorder and injector."""
+    recorder = StepRecorder(tmp_path / f"{name}.jsonl", device_type="cpu")
+    recorder.write("start", world_size=1)
+    injector = SlowdownInjector(fraction, "cpu", recorder.step_times)
+    recorder.begin()
+    injector.begin()
+    for step in range(8):
+        cpu_work(0.04)
+        time.sleep(wait_s)
+        planted = injector.pause()
+        recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars=LOSS, planted_s=planted or None)
+    recorder.close()
+    return compute(read_records(tmp_path / f"{name}.jsonl"), warmup=2)
+
+
+def test_the_planted_slowdown_moves_the_cpu_clock_by_the_fraction(tmp_path):
+    natural, planted = real_loop(tmp_path, "none"), real_loop(tmp_path, "planted", fraction=0.25)
+    assert planted.cpu_seconds_per_sample / natural.cpu_seconds_per_sample == pytest.approx(1.25, abs=0.03)
+    assert planted.host_cpu_per_step_s / natural.host_cpu_per_step_s == pytest.approx(1.25, abs=0.03)
+
+
+def test_a_wait_moves_only_the_wall_clock_and_more_work_moves_both(tmp_path):
+    """What each clock catches: a sleep (a lock, I/O, a slower peer) costs wall time and no CPU time."""
+    natural = real_loop(tmp_path, "none")
+    waiting = real_loop(tmp_path, "waiting", wait_s=0.02)
+    assert waiting.cpu_seconds_per_sample / natural.cpu_seconds_per_sample == pytest.approx(1.0, abs=0.03)
+    assert natural.step_time_median_s / waiting.step_time_median_s < 0.8
+
+
+def test_a_cpu_clock_reads_the_process_and_its_workers():
+    clock = CpuClock(process=lambda: 1.5, workers=lambda: 0.25)
+    assert clock.read() == (1.5, 0.25) and clock.total() == 1.75
+    assert CpuClock(process=lambda: 1.5, workers=lambda: None).total() == 1.5
+    before = CpuClock().read()[0]
+    busy_wait(0.05)
+    assert CpuClock().read()[0] - before > 0
