@@ -38,8 +38,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from background_load import busy_processes, training_job  # noqa: E402
 
 from perfgate.launch.diagnose import LaunchFailed
-from perfgate.measure.metrics import METRICS as INFO
-from perfgate.measure.metrics import compute
+from perfgate.measure.metrics import METRICS as INFO, compute
 
 METRICS = ("samples_per_second", "fastest_step_samples_per_second", "cpu_seconds_per_sample")
 
