@@ -69,7 +69,9 @@ def main() -> int:
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.0, 0.03, 0.05, 0.10])
     parser.add_argument("--caps", type=int, nargs="+", default=[5, 8, 12], help="--perf-max-repeats values")
     parser.add_argument("--first", type=int, default=3, help="--perf-repeats: pairs measured before deciding")
-    parser.add_argument("--tolerance", type=float, default=0.02, help="--perf-ab-tolerance")
+    parser.add_argument("--tolerance", type=float,
+                        help="the tolerance to simulate (default: each metric's own in the session, by --perf-ab-tolerance "
+                        "and the case's clocks)"),
     parser.add_argument("--draws", type=int, default=4000, help="simulated cases per cell")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -89,7 +91,9 @@ def main() -> int:
                   f"mean {statistics.fmean(logs):+.1%}{per_pair}\n")
             print("| pairs (first, cap) | " + " | ".join(f"{s:.0%} planted: failed (pairs)" for s in args.sizes) + " |")
             print("|---|" + "---|" * len(args.sizes))
-            table = predict(pair_sd, args.sizes, args.caps, args.first, args.tolerance, args.draws, args.seed)
+            tolerance = row["tolerance"] if args.tolerance is None else args.tolerance
+            print(f"tolerance {tolerance:.1%}\n")
+            table = predict(pair_sd, args.sizes, args.caps, args.first, tolerance, args.draws, args.seed)
             for cap, cells in table.items():
                 print(f"| {args.first}, {cap} | " + " | ".join(f"{rate:.0%} ({pairs:.1f})"
                                                           for rate, pairs in cells.values()) + " |")

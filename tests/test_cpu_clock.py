@@ -150,3 +150,40 @@ def test_a_cpu_clock_reads_the_process_and_its_workers():
     before = CpuClock().read()[0]
     busy_wait(0.05)
     assert CpuClock().read()[0] - before > 0
+
+
+class LateDevice:
+    """Markers the device passes only when the test says so, as CUDA events resolved late."""
+
+    def __init__(self):
+        self.now, self.reached = 0.0, 0.0
+
+    def mark(self):
+        self.now += 1.0
+        return self.now
+
+    def done(self, marker):
+        return marker <= self.reached
+
+    def wait(self, marker):
+        self.reached = max(self.reached, marker)
+
+    @staticmethod
+    def seconds(earlier, later):
+        return later - earlier
+
+
+def test_on_gpu_a_steps_cpu_time_is_the_hosts_between_its_step_ends_however_late_the_step_resolves(tmp_path):
+    """The host runs ahead of the device: a step's CPU time is read when the host ends it, not when it resolves."""
+    host = {"cpu": 0.0}
+    recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cpu", clock=LateDevice(),
+                            cpu_clock=CpuClock(process=lambda: host["cpu"], workers=lambda: None))
+    recorder.begin()
+    for index, cpu_s in enumerate((0.1, 0.2, 0.3)):
+        host["cpu"] += cpu_s
+        recorder.end_step(index, samples=1, data_s=0.0, lr=None, scalars=LOSS)
+    host["cpu"] += 5.0  # the host waits for the device at the end: not a step's CPU time
+    recorder.close()
+    got = read_records(tmp_path / "steps.jsonl").steps
+    assert [s.cpu_s for s in got] == pytest.approx([0.1, 0.2, 0.3])
+    assert all(s.workers_cpu_s is None for s in got)

@@ -392,3 +392,27 @@ def test_records_without_cpu_time_give_a_baseline_of_the_wall_clock_saying_so(tm
     with pytest.warns(UngatedMetricWarning, match="the runs did not measure it"):
         checker.check()
     assert list(baselines.load(plan.baseline_file).metrics) == [METRIC]
+
+
+def test_ab_judges_the_cpu_clock_with_the_ab_tolerance_and_the_wall_clock_with_the_flavours_wider_floor(tmp_path):
+    """The CPU clock catches more work within 2 %; the wall clock, there for waits, keeps its 5 % floor: a 4 % wall
+    change with the CPU clock unmoved passes, a 4 % CPU change fails."""
+    from perfgate.judge.ab import ABGate, RevisionReference
+    from perfgate.judge.revision import Revision
+
+    def session(reference_values, candidate_values):
+        plan, _, candidate = two_clock_gate(tmp_path, candidate_values)
+        reference = TwoClockMeasurer(plan, reference_values)
+        revision = Revision("main", "0123456789abcdef", plan.spec.workdir / "tree")
+        return ABGate(plan, Settings(repeats=4, max_repeats=4), candidate, RevisionReference(revision, reference, plan,
+                      0.02), root=plan.spec.workdir, nvml=lambda: (None, "")), candidate
+
+    steady = [(100.0, 0.0200), (101.0, 0.0201), (99.0, 0.0199), (100.0, 0.0200)]
+    slower_wall = [(w / 1.04, c) for w, c in steady]
+    checker, candidate = session(steady, slower_wall)
+    assert checker.check()["verdict"] == "pass"
+    assert {row["metric"]: row["tolerance"] for row in candidate.result["metrics"]} == {METRIC: 0.05, CPU: 0.02}
+    more_work = [(w, c * 1.04) for w, c in steady]
+    checker, candidate = session(steady, more_work)
+    with pytest.raises(CaseFailed, match=r"cpu_seconds_per_sample .*\+4\.0%"):
+        checker.check()

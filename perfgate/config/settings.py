@@ -163,7 +163,8 @@ OPTIONS = (
            "is decided or --perf-max-repeats pairs ran; no stored baseline is used", revision_name, None, "REF"),
     Option("--perf-ab-tolerance", "ab_tolerance", "under --perf-against, the smallest significant slowdown against "
            "the reference that fails a case; the machine's drift falls on both sides alike, so it can sit far below "
-           "a stored baseline's tolerance (default: 0.02)", fraction, 0.02, "FRACTION"),
+           "a stored baseline's tolerance; a case that gates the CPU clock keeps its flavour's wider floor for the "
+           "wall clock (default: 0.02)", fraction, 0.02, "FRACTION"),
     Option("--perf-ab-budget", "ab_budget", "under --perf-against, seconds a case may take to its verdict: beyond the "
            "first --perf-repeats pairs, no pair starts that would end past it (at the case's mean pair time so far), "
            "and the verdict is decided as at the pair cap; e.g. 240 for a 4-minute gate (default: only "
