@@ -11,7 +11,9 @@ alarms) and how long each verdict took, as a Markdown table, and writes every tr
     python benchmarks/detection_power.py --against HEAD --trials 20 --sizes 0 0.03 0.05 0.10
 
 A/B mode: no baseline; each trial judges the working tree (with the plant) against REF measured in the
-same session, pair by pair (``--perf-against``). The working tree must be committed.
+same session, pair by pair (``--perf-against``). The working tree must be committed. ``--load busy`` runs
+two busy processes beside the whole run (``--load training``: a second 2-rank training job), as on a shared
+CI runner.
 
 The results file is rewritten after every trial; ``--resume`` continues a stopped run of the same plan.
 """
@@ -19,6 +21,7 @@ The results file is rewritten after every trial; ``--resume`` continues a stoppe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import shutil
@@ -30,7 +33,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from background_load import busy_processes, training_job  # noqa: E402
 
 from perfgate.config.cases import baseline_path  # noqa: E402
 from perfgate.judge import baselines  # noqa: E402
@@ -125,6 +130,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled trial order")
     parser.add_argument("--against", metavar="REF", help="A/B mode: judge every trial against git revision REF "
                         "measured beside it (--perf-against), with no stored baseline")
+    parser.add_argument("--load", choices=("none", "busy", "training"), default="none",
+                        help="what runs beside the trials: nothing, two busy processes, or a second 2-rank training "
+                        "job (default %(default)s)")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "detection_power.json")
     parser.add_argument("--resume", action="store_true", help="continue the run that --out holds (same plan)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest options (after --), e.g. --perf-steps 20")
@@ -134,7 +142,9 @@ def main() -> int:
     order = [size for size, count in counts.items() for _ in range(count)]
     random.Random(args.seed).shuffle(order)
     stored, trials = resumed(args, order)
-    with tempfile.TemporaryDirectory(prefix="perfgate-power-") as scratch:
+    load = {"none": contextlib.nullcontext, "busy": busy_processes, "training": training_job}[args.load]
+    lasting = {} if args.load == "none" else {"seconds": 600 * len(order) + 1200}
+    with tempfile.TemporaryDirectory(prefix="perfgate-power-") as scratch, load(**lasting):
         baseline_dir = Path(scratch) / "baselines"
         if stored is not None:
             baselines.write(baseline_path(baseline_dir, "detection-power", stored["case"]),

@@ -52,6 +52,17 @@ def test_the_scripts_own_arguments_and_directory_and_a_step_per_optimizer_step_w
     assert len(logged) == 7, "the run ended inside the 8th optimizer step, before the script logged it"
 
 
+def test_accelerates_wrapped_optimizer_steps_once_per_update_under_its_gradient_accumulation(tmp_path):
+    """accelerate's AcceleratedOptimizer is called on every micro-batch inside ``accelerator.accumulate`` and steps
+    the torch optimizer it wraps only on the last: that inner step is the one counted, once per iteration."""
+    pytest.importorskip("accelerate", reason="accelerate is in requirements.txt; this environment lacks it")
+    done, steps, end = instrument(tmp_path, program=[str(OWN_SCRIPT / "accelerate_train.py"), "--accum=4"],
+                                  samples=64, steps=6)
+    assert done.returncode == 0, done.stderr
+    assert [s["step"] for s in steps] == list(range(6)) and end["other_optimizer_steps"] == {}
+    assert len([line for line in done.stdout.splitlines() if line.startswith("iter ")]) == 5
+
+
 def test_argv_is_exactly_the_entry(tmp_path):
     done, steps, _ = instrument(tmp_path, loop(
         "import json, os; open('seen.json', 'w').write(json.dumps([sys.argv, os.getcwd()])); "

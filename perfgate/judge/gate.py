@@ -242,7 +242,7 @@ class Gate:
         self.result["metrics"] = [
             {"metric": name, "unit": self.unit(name), "measured": measured[name], "verdict": "no-baseline",
              "run_values": measurement.values(name)}
-            for name in plan.run.gated
+            for name in self.measured_gated(measurement)
         ]
         message = (f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({self.reference.where} "
                    f"does not exist), so nothing was gated. Create it: pytest '{plan.test_id}' --update-baselines, "
