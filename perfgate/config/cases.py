@@ -62,9 +62,12 @@ class Flavour:
     """The least tolerance a noise-derived one may be."""
     cpu_tolerance: float | None = None
     """The CPU clock's fixed tolerance (its metrics': CPU time per sample or per step); None derives it from noise."""
-    cpu_tolerance_floor: float = 0.02
-    """The least tolerance a noise-derived one of the CPU clock may be: CPU time does not count the slices a shared
-    machine gives other work, so it holds a tighter tolerance than the wall clock."""
+    cpu_tolerance_floor: float = 0.05
+    """The least tolerance a noise-derived one of the CPU clock may be, against a stored baseline. CPU time does not
+    count the slices a shared machine gives other work, so launches in one session agree within 1-2 %, but it drifts
+    between sessions too (caches, clocks): on the idle development VM two unchanged sessions measured +2.2 % and
+    +3.6 % against a baseline taken minutes before, so a 2 % floor cried wolf in 2 of 6. A/B, which cancels drift,
+    judges it with --perf-ab-tolerance (2 %)."""
     timeout_s: float = 600.0
     target_ci: float | None = None
     """Adaptive length: stop once the ~95 % interval of the median step time is within this fraction of it
