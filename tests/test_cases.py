@@ -88,6 +88,7 @@ def test_the_cpu_clock_has_its_own_tolerance_floor_and_fixed_tolerance():
     assert (flavour.least_tolerance("wall"), flavour.least_tolerance("cpu")) == (0.06, 0.05)
     fixed = Flavour({}, tolerance=0.1, cpu_tolerance=0.03)
     assert (fixed.least_tolerance("wall"), fixed.least_tolerance("cpu")) == (0.1, 0.03)
+    assert Flavour({}, tolerance=0.5).fixed_tolerance("cpu") == 0.5, "a fixed tolerance holds for both clocks"
 
 
 def test_later_runs_skip_what_a_case_measures_once(tmp_path):

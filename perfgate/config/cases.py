@@ -61,7 +61,8 @@ class Flavour:
     tolerance_floor: float = 0.03
     """The least tolerance a noise-derived one may be."""
     cpu_tolerance: float | None = None
-    """The CPU clock's fixed tolerance (its metrics': CPU time per sample or per step); None derives it from noise."""
+    """The CPU clock's fixed tolerance (its metrics': CPU time per sample or per step); None: ``tolerance`` where that
+    is fixed, else derived from noise."""
     cpu_tolerance_floor: float = 0.05
     """The least tolerance a noise-derived one of the CPU clock may be, against a stored baseline. CPU time does not
     count the slices a shared machine gives other work, so launches in one session agree within 1-2 %, but it drifts
@@ -81,8 +82,11 @@ class Flavour:
     """This flavour's gated metrics, over the case's ``gated`` and the defaults."""
 
     def fixed_tolerance(self, clock: str = "wall") -> float | None:
-        """The fixed tolerance of a metric read on ``clock`` (``wall`` or ``cpu``); None: derived from noise."""
-        return self.cpu_tolerance if clock == "cpu" else self.tolerance
+        """The fixed tolerance of a metric read on ``clock`` (``wall`` or ``cpu``); None: derived from noise. A fixed
+        ``tolerance`` holds for both clocks unless ``cpu_tolerance`` sets the CPU clock's."""
+        if clock == "cpu" and self.cpu_tolerance is not None:
+            return self.cpu_tolerance
+        return self.tolerance
 
     def least_tolerance(self, clock: str = "wall") -> float:
         """The least relative change that counts on ``clock``: the fixed tolerance, else the noise floor."""

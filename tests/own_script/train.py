@@ -83,6 +83,7 @@ def main():
         log.info("iter %d loss %.4f step_time %.4fs", it, loss.item() * accum, now - last)
         last = now
     if distributed:
+        del model  # DDP's reducer holds the process group: release it before the group goes
         dist.destroy_process_group()
 
 
