@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+from test_records import FakeDeviceClock
 
 from perfgate.measure.metrics import compute
 from perfgate.measure.plant import SlowdownInjector, busy_wait
@@ -152,31 +153,10 @@ def test_a_cpu_clock_reads_the_process_and_its_workers():
     assert CpuClock().read()[0] - before > 0
 
 
-class LateDevice:
-    """Markers the device passes only when the test says so, as CUDA events resolved late."""
-
-    def __init__(self):
-        self.now, self.reached = 0.0, 0.0
-
-    def mark(self):
-        self.now += 1.0
-        return self.now
-
-    def done(self, marker):
-        return marker <= self.reached
-
-    def wait(self, marker):
-        self.reached = max(self.reached, marker)
-
-    @staticmethod
-    def seconds(earlier, later):
-        return later - earlier
-
-
 def test_on_gpu_a_steps_cpu_time_is_the_hosts_between_its_step_ends_however_late_the_step_resolves(tmp_path):
     """The host runs ahead of the device: a step's CPU time is read when the host ends it, not when it resolves."""
     host = {"cpu": 0.0}
-    recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cpu", clock=LateDevice(),
+    recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cpu", clock=FakeDeviceClock(),
                             cpu_clock=CpuClock(process=lambda: host["cpu"], workers=lambda: None))
     recorder.begin()
     for index, cpu_s in enumerate((0.1, 0.2, 0.3)):
