@@ -203,7 +203,8 @@ def test_an_unmodified_script_is_baselined_passes_unchanged_fails_planted_and_cr
 
     planted = run("-k", "mlp", "--perf-inject-slowdown", "0.5")
     planted.assert_outcomes(failed=1)
-    planted.stdout.fnmatch_lines(["*own-mlp-cpu*fastest_step_samples_per_second*FAIL*"])
+    # The CPU clock catches it however the cores are shared; beside two busy processes the fastest step moved -11.5 %.
+    planted.stdout.fnmatch_lines(["*own-mlp-cpu*cpu_seconds_per_sample*FAIL*"])
 
     crash = run("-k", "crash")
     crash.assert_outcomes(failed=1)
