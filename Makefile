@@ -15,8 +15,8 @@ PYTEST_ARGS ?=
 
 venv: $(STAMP)
 
-# Both environments' dependencies, which `make -j2 deps` installs side by side (CI does). The editable installs
-# that follow stay one at a time: each writes perfgate.egg-info into this directory.
+# Both environments' dependencies (CI installs them first, before any test runs). The editable installs that
+# follow stay one at a time: each writes perfgate.egg-info into this directory.
 deps: $(VENV)/.deps-installed $(FLOOR_VENV)/.deps-installed
 
 $(VENV)/.deps-installed: requirements.txt constraints.txt
