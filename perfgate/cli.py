@@ -14,6 +14,11 @@ prints the steps found and the window's throughput.
     perfgate history [CASE ...] [--baseline-dir DIR] [--png PATH]
 
 prints each case's baseline values across the git history of the baseline directory, and draws them.
+
+    perfgate bisect GOOD BAD [pytest options, e.g. -k CASE]
+
+finds the first-parent commit between GOOD and BAD that made a case slower, with A/B verdicts
+(perfgate.bisect).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from perfgate.bisect import driver as bisect_driver
 from perfgate.measure import metrics
 from perfgate.records import openclip_log
 from perfgate.records.sources import LogLines
@@ -117,10 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
     past.add_argument("cases", nargs="*", metavar="CASE", help="case ids or globs, e.g. 'resnet50-*-gpu' (default: all)")
     past.add_argument("--baseline-dir", type=Path, default=Path("baselines"), help="default: ./baselines")
     past.add_argument("--png", type=Path, help="also draw the values against commit date into this PNG")
+    commands.add_parser("bisect", add_help=False, help="find the commit that made a case slower (A/B verdicts); "
+                        "perfgate bisect --help")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bisect"]:
+        return bisect_driver.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "history":

@@ -38,6 +38,7 @@ from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.report import terminal
 from perfgate.report.benchmark_json import BenchmarkJson
 from perfgate.report.directory import ReportDirectory
+from perfgate.report.results_file import ResultsFile
 
 MARKERS = {
     "gpu": "GPU flavour of a case: nccl, one rank per GPU; skipped where no CUDA GPU is visible",
@@ -127,12 +128,14 @@ class SessionState:
             terminalreporter.section, terminalreporter.write_line, os.environ.get(CREATE_BASELINES_ENV))]
         if self.settings.json_path and not self.worker:
             sinks.append(BenchmarkJson(self.settings.json_path, self._hardware_info()))
+        if self.settings.results_path and not self.worker:
+            sinks.append(ResultsFile(self.settings.results_path))
         if self.settings.report_dir and not self.worker:
             sinks.append(ReportDirectory(self.settings.report_dir, os.environ.get("GITHUB_STEP_SUMMARY"),
                                          os.environ.get(CREATE_BASELINES_ENV)))
         for sink in sinks:
             sink.write(self.results, self.settings)
-        for path in (self.settings.json_path, self.settings.report_dir):
+        for path in (self.settings.json_path, self.settings.results_path, self.settings.report_dir):
             if path and self.results and not self.worker:
                 terminalreporter.write_line(f"perfgate: wrote {path}")
 

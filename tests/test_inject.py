@@ -1,14 +1,16 @@
 """The planted slowdown lengthens a step by what it says, whether the host or the device bounds the loop."""
 
 import functools
+import random
 import statistics
 import time
+from datetime import timedelta
 from typing import Sequence
 
 import pytest
 import torch
 
-from perfgate.measure.plant import SlowdownInjector, burn, busy_wait
+from perfgate.measure.plant import RankZeroTargets, SlowdownInjector, burn, busy_wait
 from perfgate.records.steps import HostClock, StepRecorder
 
 pytestmark = pytest.mark.floor
@@ -180,8 +182,9 @@ class FakeClock:
         self.cpu_now += cpu_s
         self.now += wall_s + (self.overruns.pop(0) if self.overruns else 0.0)
 
-    def injector(self, fraction, step_times=()):
-        return SlowdownInjector(fraction, "cpu", list(step_times), clock=self, cpu=self.cpu, cpu_burn=self.burn)
+    def injector(self, fraction, step_times=(), targets=lambda: None):
+        return SlowdownInjector(fraction, "cpu", list(step_times), clock=self, cpu=self.cpu, cpu_burn=self.burn,
+                                targets=targets)
 
 
 def test_every_rank_plants_on_cpu_each_by_its_own_step_whether_it_records_or_not():
@@ -194,6 +197,63 @@ def test_every_rank_plants_on_cpu_each_by_its_own_step_whether_it_records_or_not
     clock.step(0.2)
     assert injector.pause() == pytest.approx(0.1)
     assert clock.waits == [pytest.approx(0.2), pytest.approx(0.1)]
+
+
+def test_every_rank_plants_rank_zeros_wall_time_through_the_launchs_store_not_f_of_its_own_wait():
+    """Through a real TCPStore, as torchrun's workers share one: rank 1's step of 0.5 s includes 0.1 s waiting at the
+    all-reduce for rank 0, so F of it would plant that wait again; it plants rank 0's 0.2 s, and its own CPU target."""
+    server = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                        timeout=timedelta(seconds=30))
+    client = torch.distributed.TCPStore("127.0.0.1", server.port, is_master=False, timeout=timedelta(seconds=30))
+    rank0, rank1 = FakeClock(), FakeClock()
+    plants = [clock.injector(0.5, targets=lambda store=store, rank=rank: RankZeroTargets(store, rank))
+              for clock, store, rank in ((rank0, server, 0), (rank1, client, 1))]
+    for injector in plants:
+        injector.begin()
+    rank0.step(0.4)
+    rank1.step(0.5, cpu_s=0.3)
+    assert [injector.pause() for injector in plants] == [pytest.approx(0.2), pytest.approx(0.2)]
+    assert rank1.burns == [pytest.approx(0.15)] and rank1.waits == [pytest.approx(0.2)]
+
+
+class AllReducingRanks:
+    """Two ranks' clocks in one simulated time, each step ending at a gradient all-reduce: a rank's work begins
+    when its own plant ends, both ranks leave the all-reduce when the later one arrives, and each then runs its
+    optimizer step, which takes each rank a little more or less time, before it plants."""
+
+    def __init__(self, fraction: float, *, shared: bool, seed: int = 0) -> None:
+        self.clocks = [FakeClock(), FakeClock()]
+        store: dict[str, str] = {}
+        fake_store = type("Store", (), {"set": store.__setitem__, "get": store.__getitem__})()
+        self.plants = [clock.injector(fraction, targets=(lambda rank=rank: RankZeroTargets(fake_store, rank))
+                                      if shared else (lambda: None)) for rank, clock in enumerate(self.clocks)]
+        self.random = random.Random(seed)
+
+    def window_s(self, steps: int, work_s: float = 0.012, optimizer_s: float = 0.002, jitter: float = 0.2) -> float:
+        for injector in self.plants:
+            injector.begin()
+        for _ in range(steps):
+            for clock in self.clocks:
+                clock.step(work_s * (1 + self.random.uniform(-jitter, jitter)))
+            left = max(clock.now for clock in self.clocks)
+            for clock, injector in zip(self.clocks, self.plants):
+                clock.now = left
+                clock.step(optimizer_s * (1 + self.random.uniform(-jitter, jitter)))
+                injector.pause()
+        return max(clock.now for clock in self.clocks)
+
+
+@pytest.mark.parametrize("fraction", (0.25, 1.0))
+def test_ranks_sharing_rank_zeros_wall_time_plant_f_of_the_window_where_their_own_steps_fed_each_other(fraction):
+    """Each rank planting F of its own step plants the other's excess over it again (its wait at the all-reduce): at
+    100 % the excess never decays and the window grew by 162 % through the wrapper on 14 ms steps. With rank 0's
+    wall time on both ranks, the window grows by F, within 1 point."""
+    natural = AllReducingRanks(0.0, shared=True).window_s(200)
+    shared = AllReducingRanks(fraction, shared=True).window_s(200)
+    assert natural / shared == pytest.approx(1 / (1 + fraction), abs=0.01)
+    if fraction == 1.0:
+        apart = AllReducingRanks(fraction, shared=False).window_s(200)
+        assert natural / apart < 1 / (1 + fraction) - 0.02, "the simulation no longer shows the feedback it guards"
 
 
 def test_a_busy_wait_that_overran_its_deadline_is_taken_off_the_next_so_the_window_holds_the_fraction():

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "perfgate"
-STAGES = ("outcome", "records", "config", "launch", "measure", "judge", "report", "plugin", "cli")
+STAGES = ("outcome", "records", "config", "launch", "measure", "judge", "report", "bisect", "plugin", "cli")
 """Lowest first. ``outcome`` (the skip/fail exceptions) and ``records`` (the workload contract) sit below every
-stage; ``plugin`` and ``cli`` wire the stages to pytest and to the command line."""
+stage; ``bisect`` drives whole pytest sessions; ``plugin`` and ``cli`` wire the stages to pytest and to the command
+line."""
 
 
 def module_name(path: Path) -> str:

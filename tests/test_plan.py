@@ -1,11 +1,15 @@
 """Planning a case against the nodes' hardware, before any launch."""
 
+import os
+from pathlib import Path
+
 import pytest
 
+import perfgate
 from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
 from perfgate.launch.hardware import Hardware
-from perfgate.launch.plan import plan
+from perfgate.launch.plan import import_env, plan
 from perfgate.outcome import CaseFailed, CaseSkipped
 
 CASE = Case("w", "c", ("w.py",), cpu=Flavour({}, ranks_per_node=1), gpu=Flavour({}))
@@ -38,3 +42,12 @@ def test_a_cpu_case_on_remote_nodes_needs_the_cores_of_one_node_only(tmp_path):
     result = planned(tmp_path, "cpu", nodes, launcher="slurm", nodes=8)
     assert (result.world_size, result.spec.nodes) == (8, 8)
     assert planned(tmp_path, "cpu", nodes[:1], nodes=1).node_hardware == ()
+
+
+def test_children_import_perfgate_from_the_directory_that_holds_it_and_nothing_inside_it(tmp_path):
+    """A directory inside the package on a rank's PYTHONPATH shadows the standard library with perfgate's subpackages:
+    perfgate/bisect made torch's ``from bisect import bisect`` fail in every rank."""
+    paths = [Path(p) for p in import_env(tmp_path)["PYTHONPATH"].split(os.pathsep)]
+    package = Path(perfgate.__file__).resolve().parent
+    assert paths[0] == package.parent
+    assert not [p for p in paths if p.resolve().is_relative_to(package)]

@@ -173,6 +173,9 @@ OPTIONS = (
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
            "(one benchmark per case flavour, its measured steps as rounds, perfgate's verdict in extra_info), for "
            "`pytest-benchmark compare` and github-action-benchmark's \"pytest\" tool", Path, None, "PATH"),
+    Option("--perf-results", "results_path", "write every case's whole result record (verdict, gated metrics with "
+           "their intervals, runs, and the message of a case that failed to run) to PATH as one JSON document, for "
+           "programs that drive pytest (perfgate bisect reads it)", Path, None, "PATH"),
     Option("--perf-report", "report_dir", "write DIR/summary.md (the summary's tables in GitHub markdown, also appended "
            "to $GITHUB_STEP_SUMMARY when set) and PNG plots: each case's step timeline and runs against its baseline, "
            "each DDP family's scaling, each GPU case's utilisation and power", Path, None, "DIR"),
@@ -213,6 +216,7 @@ class Settings:
     ab_tolerance: float = 0.02
     ab_budget: float | None = None
     json_path: Path | None = None
+    results_path: Path | None = None
     published: Path = Path("references/published.json")
     report_dir: Path | None = None
 

@@ -22,7 +22,8 @@ from perfgate.launch.spec import LaunchSpec, NodeLauncher
 from perfgate.launch.ssh import SshLauncher
 from perfgate.outcome import CaseFailed, CaseSkipped
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+"""The directory perfgate is imported from (the one holding the package): on the children's PYTHONPATH."""
 
 
 @dataclass(frozen=True)

@@ -17,23 +17,29 @@ training job on 2 cores a sleep that doubled every step measured -4 %; a busy lo
 On CPU a step's work is done when its Python calls return, so a step's natural duration is its own
 elapsed time on the host clock and each step is lengthened by F of itself: the fastest step, the median
 and the mean all move by F (planting F of a typical step instead moved a CPU case's fastest step, which
-the CPU flavour gates, by 2-3 F). Every rank plants, each by its own step: the code is slower everywhere,
-not on one rank. The CPU flavour gates a second clock, CPU time, so the plant moves it by F too: it works
-until the rank has spent F of the step's CPU time (its process's and its loader workers') and only then, if the
-step's wall time is not yet F longer, waits out the rest, which is F of the time the step spent off a core
-(waiting for the other rank, for I/O). A rank that keeps more than one core busy reaches the wall target first;
-its CPU clock then moves by less than F. On GPU the host runs ahead of the device, so the natural duration is the
-median of the last few resolved steps (never the first, which compiles) with what was planted in them
-taken out, so nothing waits for the device to find it and the plant does not compound. Only rank 0
-resolves its steps, so only rank 0 plants there: the others wait for it at the next gradient all-reduce.
-Imports torch only on GPU.
+the CPU flavour gates, by 2-3 F). Every rank plants: the code is slower everywhere, not on one rank. The CPU
+flavour gates a second clock, CPU time, so the plant moves it by F too: it works until the rank has spent F of
+the step's CPU time (its process's and its loader workers') and only then, if the step's wall time is not yet F
+longer, waits out the rest, which is F of the time the step spent off a core (waiting for the other rank, for
+I/O). A rank that keeps more than one core busy reaches the wall target first; its CPU clock then moves by less
+than F. The wall time planted is rank 0's on every rank, shared through torchrun's store (``RankZeroTargets``):
+a rank's own step includes its wait at the all-reduce for a rank that planted more, and when each rank planted F
+of its own step it planted that excess again, so the ranks' plants fed each other (2 gloo ranks, 14 ms steps: a
+100 % plant lengthened the window by 162 %).
+
+On GPU the host runs ahead of the device, so the natural duration is the median of the last few resolved steps
+(never the first, which compiles) with what was planted in them taken out, so nothing waits for the device to
+find it and the plant does not compound. Only rank 0 resolves its steps, so only rank 0 plants there: the others
+wait for it at the next gradient all-reduce. Imports torch only on GPU, or to share a target between ranks.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections import deque
+from datetime import timedelta
 from typing import Any, Callable, Sequence
 
 from perfgate.records.cpu_time import CpuClock
@@ -106,6 +112,40 @@ def burn(cpu_s: float, wall_s: float, *, cpu: Callable[[], float] = time.process
         time.sleep(rest)
 
 
+class RankZeroTargets:
+    """Rank 0's wall-time plant for each step, read by every other rank, so that all ranks lengthen a step alike.
+
+    Rank 0 waits at the all-reduce only for what the other ranks really do, so F of its own step is F of the
+    step's critical path. The exchange goes through a client of the store torchrun's workers already use
+    (``MASTER_ADDR``/``MASTER_PORT``): one ``set`` on rank 0 and one ``get`` on each other rank per step, inside the
+    plant's own time. Ranks that train apart, with no collective between them, are paced by rank 0 while planting."""
+
+    PREFIX = "perfgate/plant/"
+
+    def __init__(self, store: Any, rank: int) -> None:
+        self.store = store
+        self.rank = rank
+
+    @classmethod
+    def of_this_launch(cls, timeout_s: float = 300.0) -> RankZeroTargets | None:
+        """The store of this torchrun launch; None for a launch of one rank (nothing to agree on)."""
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return None
+        import torch.distributed as dist
+
+        client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                               timeout=timedelta(seconds=timeout_s))
+        return cls(dist.PrefixStore(cls.PREFIX, client), int(os.environ["RANK"]))
+
+    def agree(self, step: int, own_target_s: float) -> float:
+        """Rank 0 publishes its target for ``step`` and keeps it; every other rank waits for it and takes it."""
+        key = str(step)
+        if self.rank == 0:
+            self.store.set(key, repr(own_target_s))
+            return own_target_s
+        return float(self.store.get(key))
+
+
 class SlowdownInjector:
     """Plants ``fraction`` of each step's natural duration in that step; call ``begin`` where the first step
     starts, and ``pause`` once per step, after the step's work is queued and before its end is marked."""
@@ -118,10 +158,13 @@ class SlowdownInjector:
                  device_spin: Callable[[float], None] | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  cpu_burn: Callable[[float, float], None] = burn,
-                 cpu: Callable[[], float] | None = None) -> None:
+                 cpu: Callable[[], float] | None = None,
+                 targets: Callable[[], RankZeroTargets | None] = RankZeroTargets.of_this_launch) -> None:
         """``step_times``: on GPU, the recorder's resolved step times, a list that grows as steps resolve (empty
         on ranks that record nothing, which then plant nothing). On CPU each rank times its own steps on
-        ``clock`` and ``cpu`` (its process's and workers' CPU seconds) and plants with ``cpu_burn(cpu_s, wall_s)``."""
+        ``clock`` and ``cpu`` (its process's and workers' CPU seconds), plants with ``cpu_burn(cpu_s, wall_s)``, and
+        takes the wall time from ``targets()``, called at the first plant (by then the script has started
+        torch.distributed)."""
         if fraction < 0:
             raise ValueError(f"slowdown fraction must be >= 0, got {fraction}")
         self.fraction = fraction
@@ -136,6 +179,8 @@ class SlowdownInjector:
         self._cpu_burn = cpu_burn
         self._cpu_clock = cpu or (CpuClock().total if self._on_cpu and fraction > 0 else time.process_time)
         self._cpu_began = 0.0
+        self._connect_targets = targets
+        self._targets: RankZeroTargets | None = None
         self._host_busy = host_busy
         self._device_spin = device_spin
         if device_spin is None and device_type == "cuda" and fraction > 0:
@@ -180,12 +225,20 @@ class SlowdownInjector:
         now, cpu_now = self._clock(), self._cpu_clock()
         natural = now - self._step_began if self._step_began is not None else 0.0
         natural_cpu = cpu_now - self._cpu_began
-        target, cpu_target = self.fraction * natural, self.fraction * natural_cpu
+        target, cpu_target = self._agreed(self.fraction * natural), self.fraction * natural_cpu
         if target > 0:
-            self._cpu_burn(max(0.0, cpu_target - self._cpu_ahead), max(0.0, target - self._ahead))
+            agreeing = self._clock() - now
+            self._cpu_burn(max(0.0, cpu_target - self._cpu_ahead), max(0.0, target - self._ahead - agreeing))
         self._step_began, self._cpu_began = self._clock(), self._cpu_clock()
         planted = self._step_began - now
         self._ahead += planted - target
         self._cpu_ahead = max(0.0, self._cpu_ahead + self._cpu_began - cpu_now - cpu_target)
         self.planted.append(planted)
         return planted
+
+    def _agreed(self, own_target_s: float) -> float:
+        if not self.planted:
+            self._targets = self._connect_targets()
+        if self._targets is None:
+            return own_target_s
+        return self._targets.agree(len(self.planted), own_target_s)

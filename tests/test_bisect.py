@@ -1,0 +1,164 @@
+"""perfgate bisect: a git repository built here, 8 commits after GOOD, exactly one of which makes the workload 2x
+slower; every verdict is a real A/B session of real torchrun launches."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from test_ab import SLEEPER, SUITE, git, worktrees
+
+from perfgate.bisect.search import BAD, GOOD, SKIP, UNKNOWN, Measured, Search, Step, classify
+
+CRASHER = "raise SystemExit('this commit does not train')\n"
+ARGS = ["-k", "sleep", "--perf-repeats", "2", "--perf-max-repeats", "4"]
+
+
+def commit(repo, message, *, step_s=0.02, crash=False):
+    (repo / "sleeper.py").write_text((CRASHER if crash else "") + SLEEPER.format(step_s=step_s))
+    (repo / "test_suite.py").write_text(SUITE.format(extra=""))
+    (repo / "history.txt").write_text(message + "\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def history(tmp_path):
+    """GOOD, then 8 commits; the 5th after GOOD doubles the step time, and the 6th (after it) does not run."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "ci")
+    shas = [commit(repo, "GOOD: 20 ms steps")]
+    for number in range(1, 9):
+        slow = number >= 5
+        shas.append(commit(repo, f"change {number}" + (": twice as slow" if number == 5 else ""),
+                           step_s=0.04 if slow else 0.02, crash=number == 6))
+    return repo, shas
+
+
+def scratch_env(repo):
+    """The bisect's scratch directory (its worktrees, the sessions' temp dirs) under this test's directory."""
+    (repo.parent / "tmp").mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(repo.parent / "tmp")}
+
+
+def bisect(repo, *args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "perfgate.cli", "bisect", *args, *ARGS,
+                           "--bisect-logs", str(repo.parent / "logs")],
+                          cwd=repo, capture_output=True, text=True, timeout=timeout, env=scratch_env(repo))
+
+
+def verdicts(output):
+    return output.count("perfgate bisect: verdict ")
+
+
+def test_the_commit_that_doubled_the_step_is_named_within_log2_n_plus_2_verdicts_skipping_one_that_crashes(history):
+    repo, shas = history
+    done = bisect(repo, shas[0], shas[8], "--perf-report", str(repo.parent / "report"))
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert f"first bad commit {shas[5]}" in output
+    assert "subject: change 5: twice as slow" in output and "author:  ci" in output
+    assert verdicts(output) <= math.ceil(math.log2(8)) + 2, output
+    assert f"{shas[6][:10]} is skip" in output, "the commit that does not train is skipped, as git bisect skip does"
+    assert f"against its parent {shas[4][:10]}: fastest_step_samples_per_second -" in output
+    assert (repo.parent / "report" / "bisect.md").read_text().count("first bad commit") == 1
+    assert (repo.parent / "report" / "bisect-sleeper-sleep-cpu.png").stat().st_size > 0
+    assert worktrees(repo) == [f"worktree {repo}"], "every worktree is removed"
+
+
+def test_a_range_with_no_slowdown_blames_nothing(history):
+    repo, shas = history
+    done = bisect(repo, shas[0], shas[3])
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "sleeper-sleep-cpu: no slowdown between GOOD and BAD: fastest_step_samples_per_second" in output
+    assert "first bad commit" not in output
+    assert verdicts(output) == 1
+    assert worktrees(repo) == [f"worktree {repo}"]
+
+
+@pytest.mark.parametrize("good, bad, message", [
+    ("no-such-ref", "HEAD", "no-such-ref: no such revision here"),
+    ("HEAD", "HEAD~3", "is not an ancestor of BAD"),
+    ("HEAD~3", "HEAD~3", "the same commit"),
+])
+def test_unknown_refs_and_a_backwards_range_are_usage_errors(history, good, bad, message):
+    repo, _ = history
+    done = bisect(repo, good, bad, timeout=60)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert verdicts(done.stdout) == 0
+
+
+def test_a_dirty_tree_is_a_usage_error(history):
+    repo, shas = history
+    (repo / "sleeper.py").write_text("# edited\n")
+    done = bisect(repo, shas[0], shas[8], timeout=60)
+    assert done.returncode == 2 and "uncommitted changes" in done.stderr, done.stderr
+
+
+def test_an_interrupted_bisect_leaves_no_worktree_and_no_process(history):
+    repo, shas = history
+    running = subprocess.Popen([sys.executable, "-m", "perfgate.cli", "bisect", shas[0], shas[8], *ARGS,
+                                "--bisect-logs", str(repo.parent / "logs")], cwd=repo, env=scratch_env(repo),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while len(worktrees(repo)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(worktrees(repo)) == 3, "BAD and the A/B session's reference (GOOD) are checked out while it runs"
+    running.send_signal(signal.SIGTERM)
+    output, _ = running.communicate(timeout=120)
+    assert running.returncode == 130, output[-3000:]
+    assert "interrupted" in output
+    assert worktrees(repo) == [f"worktree {repo}"], output[-3000:]
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if any(str(repo.parent) in part for part in p.info["cmdline"] or ())]
+    assert not left, left
+
+
+def row(change, low, high, metric="fastest_step_samples_per_second"):
+    return {"metric": metric, "change": change, "ci": [low, high]}
+
+
+STEP = Step("fastest_step_samples_per_second", "higher", 0.5)
+
+
+@pytest.mark.parametrize("rows, verdict, final, expected", [
+    ([row(-0.48, -0.5, -0.46)], "FAIL", False, BAD),
+    ([row(-0.01, -0.03, 0.01)], "pass", False, GOOD),
+    ([row(-0.2, -0.4, 0.0)], "pass", False, UNKNOWN),
+    ([row(-0.2, -0.4, 0.0)], "pass", True, GOOD),
+    ([row(-0.3, -0.5, -0.1)], "pass", True, BAD),
+    ([], "crashed", False, SKIP),
+    ([], "setup-error", True, SKIP),
+    ([], "timeout", False, BAD),
+])
+def test_a_midpoint_is_classified_by_which_side_of_half_the_step_its_interval_lies(rows, verdict, final, expected):
+    measured = Measured(3, 0, verdict, tuple(rows), 2, 10.0)
+    assert classify(measured, [STEP], final=final) == expected
+
+
+@pytest.mark.parametrize("count", [3, 9, 10, 17, 33])
+def test_the_search_names_every_possible_culprit_within_ceil_log2_n_midpoints(count):
+    for culprit in range(1, count):
+        search, midpoints = Search(count), 0
+        while (index := search.next_commit()) is not None:
+            midpoints += 1
+            search.record(index, BAD if index >= culprit else GOOD)
+        assert search.suspects() == [culprit]
+        assert midpoints <= math.ceil(math.log2(count - 1))
+
+
+def test_skipped_commits_next_to_the_culprit_are_named_with_it():
+    search = Search(9)
+    classes = {4: SKIP, 3: GOOD, 5: BAD}
+    while (index := search.next_commit()) is not None:
+        search.record(index, classes[index])
+    assert search.suspects() == [4, 5]
