@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -28,7 +29,7 @@ from perfgate.config.settings import Settings, add_options, resolve
 from perfgate.judge import known, revision
 from perfgate.judge.ab import ABGate, RevisionReference
 from perfgate.judge.gate import Gate, StoredBaseline
-from perfgate.launch import hardware
+from perfgate.launch import environment, hardware
 from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan, import_env, node_launcher, plan
 from perfgate.launch.spec import NodeLauncher
@@ -66,20 +67,34 @@ class SessionState:
         self.commits: tuple[str, str] | None = None
         """(the reference's commit, the working tree's) under --perf-against."""
         self._revision: revision.Revision | None = None
+        self.environment: dict[str, Any] | None = None
+        """What this session's interpreter holds, under --perf-against-python (the reference's is the revision's)."""
         self.worker = worker
         self.published: list[known.PublishedFigure] = []
         """A pytest-xdist worker: its results go to the controller, which writes the reports."""
 
     def revision(self) -> revision.Revision:
-        """The --perf-against checkout, made at the first case that needs it and removed with the session."""
+        """The reference side: the --perf-against checkout, made at the first case that needs it and removed with the
+        session, or this checkout under the --perf-against-python interpreter (set up at configure)."""
         if self._revision is None:
             assert self.settings.against and self.commits
             into = Path(tempfile.mkdtemp(prefix="perfgate-against-")) / "tree"
             self._revision = revision.check_out(self.root, self.settings.against, self.commits[0], into)
         return self._revision
 
+    def compare_environments(self) -> None:
+        """Reads both interpreters' versions (each by itself); a UsageError if the reference cannot run or has no torch."""
+        env = {**os.environ, **import_env(self.root)}
+        try:
+            other = environment.probe(self.settings.against_python, env)
+            self.environment = environment.probe(sys.executable, env)
+        except environment.EnvironmentProbeError as exc:
+            raise pytest.UsageError(f"perfgate: --perf-against-python {exc}") from None
+        self._revision = revision.other_python(self.root, self.settings.against_python, other)
+        self.commits = (self._revision.commit, self._revision.commit)
+
     def remove_revision(self) -> None:
-        if self._revision is not None:
+        if self._revision is not None and self._revision.python is None:
             revision.remove(self.root, self._revision)
             shutil.rmtree(self._revision.root.parent, ignore_errors=True)
 
@@ -166,9 +181,22 @@ def pytest_configure(config: pytest.Config) -> None:
             state.commits = revision.commits(state.root, state.settings.against)
         except revision.RevisionError as exc:
             raise pytest.UsageError(f"perfgate: {exc}") from None
+    if state.settings.against_python:
+        _refuse_a_rootdir_taken_from(config, Path(state.settings.against_python))
+        state.compare_environments()
     config.stash[STATE] = state
     config.pluginmanager.register(state, "perfgate-session")
     _stop_cleanly_on_sigterm()
+
+
+def _refuse_a_rootdir_taken_from(config: pytest.Config, path: Path) -> None:
+    """pytest picks its rootdir before it knows plugins' options, from every argument that names an existing file, so
+    ``--perf-against-python /x/bin/python`` can make /x/bin (or a repository above it) the rootdir: the suite's ini,
+    cases and checkout would then be the wrong ones. ``--perf-against-python=/x/bin/python`` is one argument."""
+    rootpath, invocation = Path(config.rootpath), Path(config.invocation_params.dir)
+    if path.is_relative_to(rootpath) and not invocation.is_relative_to(rootpath):
+        raise pytest.UsageError(f"perfgate: pytest took {path} for a test path when it chose its rootdir ({rootpath}); "
+                                f"write it as one argument: --perf-against-python={path}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -208,7 +236,7 @@ class PerfGate:
         with _as_pytest_outcome(None):
             planned = plan(run, settings, state.node_hardware(launcher), workdir=self.workdir, root=state.root,
                            test_id=self.request.node.nodeid)
-            reference = state.revision() if settings.against else None
+            reference = state.revision() if settings.against or settings.against_python else None
             if reference is not None and revision.entry_in(reference, run, state.root) is None:
                 raise CaseSkipped(f"{run.key}: a new case: {settings.against} has no {run.case.entry[-1]}, so there "
                                   "is nothing to compare it against")
@@ -227,6 +255,8 @@ class PerfGate:
                         pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml)
         else:
             result["candidate_commit"] = state.commits[1] if state.commits else None
+            if state.environment is not None:
+                result["environment"] = state.environment
             gate = ABGate(planned, settings, measurer, RevisionReference(reference, self._reference_measurer(
                 planned, reference, launcher), planned, settings.ab_tolerance), root=state.root, nvml=state.nvml)
         try:
@@ -240,9 +270,14 @@ class PerfGate:
             self.request.node.user_properties.extend(terminal.junit_properties(result))
 
     def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
-        """Measures the reference revision's side of a case: its checkout's workloads and perfgate, no plant."""
-        env = {**planned.spec.env, "PYTHONPATH": os.pathsep.join([str(reference.root), planned.spec.env["PYTHONPATH"]])}
-        spec = dataclasses.replace(planned.spec, workdir=self.workdir / "reference", env=env)
+        """Measures the reference side of a case, with no plant: a revision's checkout (its workloads and perfgate
+        first on PYTHONPATH), or this checkout under the reference interpreter."""
+        if reference.python is None:
+            env = {**planned.spec.env,
+                   "PYTHONPATH": os.pathsep.join([str(reference.root), planned.spec.env["PYTHONPATH"]])}
+            spec = dataclasses.replace(planned.spec, workdir=self.workdir / "reference", env=env)
+        else:
+            spec = dataclasses.replace(planned.spec, workdir=self.workdir / "reference", python=reference.python)
         return Measurer(dataclasses.replace(planned, spec=spec), {"case": planned.run.key}, launcher=launcher,
                         root=reference.root, nvml=self.state.nvml, say=self._say, tty=self._is_tty(),
                         label=f"{planned.run.key} @ {reference.name}")

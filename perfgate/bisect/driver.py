@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from perfgate.bisect import report as bisection
 from perfgate.bisect.commits import BisectUsageError, Commit, Worktrees, first_parent_range
 from perfgate.bisect.search import GOOD, UNKNOWN, Measured, Search, Step, classify, worse_interval
 from perfgate.bisect.session import Outcome, Sessions
 from perfgate.judge.revision import RevisionError, git
 from perfgate.measure.metrics import METRICS
 from perfgate.measure.progress import clock
-from perfgate.bisect import report as bisection
 
 NOT_ANSWERED, USAGE, INTERRUPTED = 1, 2, 130
 

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -88,6 +90,15 @@ def revision_name(text: str) -> str:
     return text
 
 
+def interpreter(text: str) -> str:
+    """An executable file, made absolute (a venv's bin/python keeps its symlink: the venv is in the path)."""
+    path = shutil.which(text) if os.sep not in text else text
+    if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise ValueError(f"must be a Python interpreter to run (a venv's bin/python, a module's python, a wrapper "
+                         f"script), and {text!r} is not an executable file")
+    return os.path.abspath(path)
+
+
 def arguments(text: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text))
@@ -161,11 +172,15 @@ OPTIONS = (
     Option("--perf-against", "against", "judge the working tree against git revision REF measured in the same job: "
            "REF is checked out in a worktree and every case launches both, alternately (ABBA), until the verdict "
            "is decided or --perf-max-repeats pairs ran; no stored baseline is used", revision_name, None, "REF"),
-    Option("--perf-ab-tolerance", "ab_tolerance", "under --perf-against, the smallest significant slowdown against "
+    Option("--perf-against-python", "against_python", "judge this environment against another Python interpreter "
+           "on the same checkout (another venv, conda environment or module: another torch, CUDA, NCCL or DALI; a "
+           "wrapper script for a container): every case launches both, alternately (ABBA), as --perf-against does, "
+           "and the results name both environments' versions", interpreter, None, "PATH"),
+    Option("--perf-ab-tolerance", "ab_tolerance", "under --perf-against(-python), the smallest significant slowdown against "
            "the reference that fails a case; the machine's drift falls on both sides alike, so it can sit far below "
            "a stored baseline's tolerance; a case that gates the CPU clock keeps its flavour's wider floor for the "
            "wall clock (default: 0.02)", fraction, 0.02, "FRACTION"),
-    Option("--perf-ab-budget", "ab_budget", "under --perf-against, seconds a case may take to its verdict: beyond the "
+    Option("--perf-ab-budget", "ab_budget", "under --perf-against(-python), seconds a case may take to its verdict: beyond the "
            "first --perf-repeats pairs, no pair starts that would end past it (at the case's mean pair time so far), "
            "and the verdict is decided as at the pair cap; e.g. 240 for a 4-minute gate (default: only "
            "--perf-max-repeats limits the pairs)",
@@ -213,6 +228,7 @@ class Settings:
     calibrate: bool = False
     force_baseline_update: bool = False
     against: str | None = None
+    against_python: str | None = None
     ab_tolerance: float = 0.02
     ab_budget: float | None = None
     json_path: Path | None = None
@@ -281,11 +297,15 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError(
             f"perfgate: --perf-max-repeats {settings.max_repeats} is below --perf-repeats {settings.repeats}"
         )
-    if settings.against and settings.update_baselines:
-        raise pytest.UsageError("perfgate: --perf-against measures a reference revision instead of using baselines; "
-                                "it cannot be combined with --update-baselines")
-    if settings.ab_budget is not None and not settings.against:
-        raise pytest.UsageError("perfgate: --perf-ab-budget limits the pairs of --perf-against REF; without it there "
+    if settings.against and settings.against_python:
+        raise pytest.UsageError("perfgate: --perf-against and --perf-against-python each name the reference side; "
+                                "give one (to compare a revision in another environment, check it out and run there)")
+    for flag, given in (("--perf-against", settings.against), ("--perf-against-python", settings.against_python)):
+        if given and settings.update_baselines:
+            raise pytest.UsageError(f"perfgate: {flag} measures a reference side instead of using baselines; "
+                                    "it cannot be combined with --update-baselines")
+    if settings.ab_budget is not None and not (settings.against or settings.against_python):
+        raise pytest.UsageError("perfgate: --perf-ab-budget limits the pairs of --perf-against; without it there "
                                 "are no pairs (the stored-baseline gate is limited by --perf-max-repeats)")
     if settings.inject_slowdown and settings.update_baselines:
         raise pytest.UsageError(

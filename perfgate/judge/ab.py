@@ -35,7 +35,8 @@ class RevisionReference:
         self.measurer = measurer
         self.plan = plan
         self.tolerance = tolerance
-        self.where = f"{revision.name} ({revision.commit[:12]}), measured beside it in {measurer.plan.spec.workdir}"
+        side = revision.name if revision.python is None else f"python {revision.name}"
+        self.where = f"{side} ({revision.commit[:12]}), measured beside it in {measurer.plan.spec.workdir}"
 
     def tolerance_of(self, name: str) -> float:
         """--perf-ab-tolerance, except for the wall clock of a case that gates the CPU clock beside it: that one keeps
@@ -86,11 +87,14 @@ class ABGate(Gate):
             return self.judge(self.reference.load(), self.measurer.measurement)
         finally:
             self.result["time_to_verdict_s"] = round(self.clock() - self.started, 1)
+            revision = self.reference.revision
             self.result["reference"] = {
-                "revision": self.reference.revision.name, "commit": self.reference.revision.commit,
+                "revision": revision.name, "commit": revision.commit,
                 "command": self.reference.measurer.measurement.command,
                 "per_run": self.reference.measurer.measurement.runs,
             }
+            if revision.python is not None:
+                self.result["reference"].update(python=revision.python, environment=revision.environment)
 
     def may_measure_more(self, measurement: Measurement, cap: int) -> bool:
         """Within the pair cap and, under --perf-ab-budget, when one more pair of the mean length so far ends in time;

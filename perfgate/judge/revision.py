@@ -1,8 +1,11 @@
-"""The reference revision of ``--perf-against REF``: a git worktree of REF beside the working tree.
+"""The reference side of an A/B session: a git worktree of REF beside the working tree (``--perf-against REF``),
+or this checkout under another Python interpreter (``--perf-against-python PATH``).
 
-The reference runs its own workloads and its own perfgate (its checkout comes first on PYTHONPATH); the
+A reference revision runs its own workloads and its own perfgate (its checkout comes first on PYTHONPATH); the
 candidate is the checked-out commit. Both must be commits, so the summary can name them: a dirty
-working tree, a shallow clone (which may lack REF or its history) and an unknown REF are errors.
+working tree, a shallow clone (which may lack REF or its history) and an unknown REF are errors. A reference
+environment runs the same checkout, the same perfgate and the same workloads with another interpreter, and both
+sides are named by what their environments hold (launch/environment.py).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from perfgate.config.cases import CaseRun
 
@@ -21,10 +25,23 @@ class RevisionError(Exception):
 @dataclass(frozen=True)
 class Revision:
     name: str
-    """REF as given (``origin/main``, a tag, a hash)."""
+    """REF as given (``origin/main``, a tag, a hash), or the reference interpreter's path."""
     commit: str
     root: Path
     """Where it is checked out."""
+    python: str | None = None
+    """The reference interpreter (--perf-against-python); None: the session's own."""
+    environment: dict[str, Any] | None = None
+    """What the reference interpreter holds (launch.environment.describe), under --perf-against-python."""
+
+
+def other_python(root: Path, python: str, environment: dict[str, Any]) -> Revision:
+    """This checkout under another interpreter; its commit is the working tree's, or ``-`` outside git."""
+    try:
+        commit = git(root, "rev-parse", "HEAD")
+    except (RevisionError, OSError):
+        commit = "-"
+    return Revision(python, commit, root, python, environment)
 
 
 def git(root: Path, *args: str) -> str:
@@ -65,7 +82,10 @@ def remove(root: Path, revision: Revision) -> None:
 
 def entry_in(revision: Revision, run: CaseRun, root: Path) -> Path | None:
     """The case's workload file in the reference checkout; None when that revision has none (a new case).
-    An entry outside the repository is the same file for both revisions."""
+    An entry outside the repository is the same file for both revisions, and so is every entry for another
+    interpreter on this checkout."""
+    if revision.python is not None:
+        return root / run.case.entry[0]
     entry = run.case.entry
     if entry[0] == "-m":
         relative = Path(*entry[1].split("."))

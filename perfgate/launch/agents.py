@@ -14,7 +14,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -66,7 +65,7 @@ def free_port(share: range | None = None) -> int:
 
 def agent_command(spec: LaunchSpec, node: int, endpoint: str, run_id: str) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        spec.python, "-m", "torch.distributed.run",
         "--nnodes", str(spec.nodes),
         "--nproc-per-node", str(spec.procs_per_node),
         "--rdzv-backend", "c10d",
@@ -87,7 +86,7 @@ def node_agent_command(spec: LaunchSpec, node: int, endpoint: str, run_id: str) 
     agent = agent_command(spec, node, endpoint, run_id)
     if not spec.node_gpu_samples:
         return agent
-    return [sys.executable, "-m", "perfgate.launch.node_agent", "--workdir", str(spec.workdir), "--node", str(node),
+    return [spec.python, "-m", "perfgate.launch.node_agent", "--workdir", str(spec.workdir), "--node", str(node),
             "--gpus", str(spec.procs_per_node), "--", *agent]
 
 

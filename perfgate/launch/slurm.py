@@ -40,7 +40,7 @@ class SlurmLauncher:
 
     def command(self, spec: LaunchSpec, run_id: str, port: int) -> list[str]:
         node_side = [
-            sys.executable, "-m", "perfgate.launch.slurm", "--port", str(port), "--run-id", run_id,
+            spec.python, "-m", "perfgate.launch.slurm", "--port", str(port), "--run-id", run_id,
             "--workdir", str(spec.workdir), "--nodes", str(spec.nodes), "--procs-per-node", str(spec.procs_per_node),
             "--timeout", str(spec.timeout_s), *(["--gpu-samples"] if spec.node_gpu_samples else []), "--",
             *spec.entry,

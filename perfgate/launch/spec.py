@@ -5,6 +5,7 @@ The stages above launching (measuring, judging) speak only this; the launchers (
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
@@ -43,6 +44,9 @@ class LaunchSpec:
     node_gpu_samples: bool = False
     """Each node samples its own GPUs into the run's directory (NODE_SAMPLES): remote launchers'
     GPU cases, whose GPUs the pytest process cannot see."""
+    python: str = sys.executable
+    """The interpreter that runs torchrun (and perfgate's node side) on every node: --perf-against-python's
+    reference side runs another."""
 
 
 @dataclass(frozen=True)

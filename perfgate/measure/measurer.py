@@ -149,7 +149,7 @@ class Measurer:
             self._diverged_first(run_dir, index, argv, failure)
             if not self._failed_in_teardown(run_dir, index, failure):
                 result["verdict"] = failure.kind
-                raise CaseFailed(f"{plan.run.key}: {failure.kind} in run {index + 1}: {failure.message}\n"
+                raise CaseFailed(f"{self._label}: {failure.kind} in run {index + 1}: {failure.message}\n"
                                  f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}") from None
             commands = failure.commands
         finally:
@@ -165,10 +165,10 @@ class Measurer:
             measured = metrics.compute(records, plan.warmup, plan.world_size).as_dict()
         except metrics.DivergedError as exc:
             result["verdict"] = "diverged"
-            raise CaseFailed(f"{plan.run.key}: diverged in run {index + 1}: {exc}\n"
+            raise CaseFailed(f"{self._label}: diverged in run {index + 1}: {exc}\n"
                              f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}") from None
         except (RecordsError, metrics.MetricsError, ValueError) as exc:
-            raise CaseFailed(f"{plan.run.key}: run {index + 1} finished but gave no measurement: {exc}\n"
+            raise CaseFailed(f"{self._label}: run {index + 1} finished but gave no measurement: {exc}\n"
                              f"logs kept in {run_dir}") from None
         run = {
             "run": index,
@@ -210,7 +210,7 @@ class Measurer:
             metrics.check_finite(self.plan.run.case.records.read(run_dir))
         except metrics.DivergedError as exc:
             self.result["verdict"] = "diverged"
-            raise CaseFailed(f"{self.plan.run.key}: diverged in run {index + 1}: {exc}; then {failure.kind}: "
+            raise CaseFailed(f"{self._label}: diverged in run {index + 1}: {exc}; then {failure.kind}: "
                              f"{failure.message.splitlines()[0]}\nconfiguration: {shlex.join(argv)}\n"
                              f"logs kept in {run_dir}") from None
         except (RecordsError, OSError):

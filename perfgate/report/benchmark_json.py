@@ -45,7 +45,11 @@ def extra_info(result: dict[str, Any]) -> dict[str, Any]:
                                                   "verdict")} for row in result.get("metrics", [])],
     }
     if result.get("reference"):
-        info["against"] = {"revision": result["reference"]["revision"], "commit": result["reference"]["commit"]}
+        reference = result["reference"]
+        info["against"] = {key: reference[key] for key in ("revision", "commit", "python", "environment")
+                           if key in reference}
+    if result.get("environment"):
+        info["environment"] = result["environment"]
     return info
 
 

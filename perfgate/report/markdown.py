@@ -29,8 +29,7 @@ def title(results: Sequence[dict[str, Any]], settings: Settings) -> str:
     text = f"perfgate: {len(results)} case(s) on {', '.join(classes) or '-'}"
     paired = [r for r in results if r.get("reference")]
     if paired:
-        ref = paired[0]["reference"]
-        text += f", {(paired[0].get('candidate_commit') or '?')[:12]} vs {ref['revision']} ({ref['commit'][:12]})"
+        text += terminal.ab_title(paired)
     if settings.inject_slowdown:
         text += f", PLANTED SLOWDOWN {settings.inject_slowdown:.0%}"
     return text
@@ -53,6 +52,8 @@ def summary(results: Sequence[dict[str, Any]], settings: Settings,
     judged = [r for r in results if r["verdict"] != "updated"]
     updated = [r for r in results if r["verdict"] == "updated"]
     paired = [r for r in results if r.get("reference")]
+    if paired and terminal.environment_lines(paired):
+        lines += [*(f"- {line}" for line in terminal.environment_lines(paired)), ""]
     sections = [
         ("Verdicts", terminal.summary_rows(judged), VERDICT_HEADER),
         ("A/B pairs and time to verdict", terminal.ab_rows(paired), terminal.AB_HEADER),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
+from perfgate.launch import environment
 from perfgate.measure.progress import clock
 
 if TYPE_CHECKING:
@@ -29,6 +30,24 @@ def summary_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
                 metric.get("verdict", result["verdict"]),
             ])
     return rows
+
+
+def ab_title(paired: Sequence[dict[str, Any]]) -> str:
+    """What an A/B session compared: two commits, or this environment and another interpreter."""
+    first, ref = paired[0], paired[0]["reference"]
+    if ref.get("python"):
+        return f", this Python environment vs python {ref['python']} ({(first.get('candidate_commit') or '-')[:12]})"
+    return f", {(first.get('candidate_commit') or '?')[:12]} vs {ref['revision']} ({ref['commit'][:12]})"
+
+
+def environment_lines(paired: Sequence[dict[str, Any]]) -> list[str]:
+    """Under --perf-against-python: what each side's interpreter holds."""
+    first = paired[0]
+    if not first["reference"].get("environment") or not first.get("environment"):
+        return []
+    return [f"this environment: {environment.summary(first['environment'])} ({first['environment']['executable']})",
+            f"reference environment: {environment.summary(first['reference']['environment'])} "
+            f"({first['reference']['python']})"]
 
 
 AB_HEADER = ("case", "pairs", "time to verdict", "time budget (--perf-ab-budget)")
@@ -249,9 +268,10 @@ class TerminalSummary:
         title = f"perfgate: {len(results)} case(s), hardware class {', '.join(classes) or '-'}"
         paired = [r for r in results if r.get("reference")]
         if paired:
-            ref = paired[0]["reference"]
-            title += f", {(paired[0].get('candidate_commit') or '?')[:12]} vs {ref['revision']} ({ref['commit'][:12]})"
+            title += ab_title(paired)
         self._section(title + (f", PLANTED SLOWDOWN {planted:.0%}" if planted else ""))
+        for line in environment_lines(paired) if paired else ():
+            self._line(line)
         judged = [r for r in results if r["verdict"] != "updated"]
         if judged:
             self._table(summary_rows(judged))
