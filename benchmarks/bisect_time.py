@@ -4,8 +4,10 @@
     python benchmarks/bisect_time.py --commits 16 --culprit 5 -- --perf-repeats 3
 
 Builds a git repository in a scratch directory: GOOD, then ``--commits`` commits, one of which makes the case
-twice as slow. The case is the tiny OpenCLIP's CPU flavour (``workloads/openclip_train.py``, 2 gloo ranks); the
-slow commit passes ``--inject-slowdown 1`` to it, so each of its steps does twice the CPU work (the plant).
+twice as slow. The case is the tiny OpenCLIP's CPU flavour (``workloads/openclip_train.py``, 2 gloo ranks),
+started by the repository's own ``train.py``; from the slow commit on, ``train.py`` passes ``--inject-slowdown 1``,
+so each step does twice the CPU work (the plant). The change is in the repository's code, not in the case's
+arguments: an A/B reference runs its own code with the candidate's case definitions.
 Then runs ``perfgate bisect`` over the range and prints the verdicts taken, the bound, whether the culprit was
 named, and the total time, as a Markdown row.
 """
@@ -25,13 +27,23 @@ REPO = Path(__file__).resolve().parent.parent
 SUITE = """
 from perfgate import Case, Flavour, parametrize
 
-TINY = {{"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 32, "workers": 0, "precision": "fp32"}}
-CASES = [Case("openclip", "tiny", ({workload!r}, *{extra!r}), cpu=Flavour(TINY, steps=30, warmup=5, timeout_s=300))]
+TINY = {"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 32, "workers": 0, "precision": "fp32"}
+CASES = [Case("openclip", "tiny", ("train.py",), cpu=Flavour(TINY, steps=30, warmup=5, timeout_s=300))]
 
 
 @parametrize(CASES)
 def test_case(perfgate, case):
     perfgate.check(case)
+"""
+
+
+TRAIN = """
+import runpy, sys
+WORKLOAD = {workload!r}
+SLOW = {slow}
+sys.path.insert(0, WORKLOAD.rsplit("/", 1)[0])
+sys.argv = [WORKLOAD, *sys.argv[1:], *(["--inject-slowdown", "1"] if SLOW else [])]
+runpy.run_path(WORKLOAD, run_name="__main__")
 """
 
 
@@ -47,8 +59,8 @@ def build(repo: Path, commits: int, culprit: int) -> list[str]:
     workload = str(REPO / "workloads" / "openclip_train.py")
     shas = []
     for number in range(commits + 1):
-        extra = ["--inject-slowdown", "1"] if number >= culprit else []
-        (repo / "test_suite.py").write_text(SUITE.format(workload=workload, extra=extra))
+        (repo / "train.py").write_text(TRAIN.format(workload=workload, slow=number >= culprit))
+        (repo / "test_suite.py").write_text(SUITE)
         (repo / "history.txt").write_text(f"commit {number}\n")
         git(repo, "add", ".")
         git(repo, "commit", "-qm", "GOOD" if number == 0 else f"change {number}"

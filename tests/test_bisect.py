@@ -15,12 +15,16 @@ from test_ab import SLEEPER, SUITE, git, worktrees
 from perfgate.bisect.search import BAD, GOOD, SKIP, UNKNOWN, Measured, Search, Step, classify
 
 CRASHER = "raise SystemExit('this commit does not train')\n"
-ARGS = ["-k", "sleep", "--perf-repeats", "2", "--perf-max-repeats", "4"]
+ARGS = ["-k", "sleep or same", "--perf-repeats", "2", "--perf-max-repeats", "4"]
+
+
+STEADY = 'CASES.append(Case("steady", "same", ("steady.py",), cpu=FLAVOUR))\n'
 
 
 def commit(repo, message, *, step_s=0.02, crash=False):
     (repo / "sleeper.py").write_text((CRASHER if crash else "") + SLEEPER.format(step_s=step_s))
-    (repo / "test_suite.py").write_text(SUITE.format(extra=""))
+    (repo / "steady.py").write_text(SLEEPER.format(step_s=0.02))
+    (repo / "test_suite.py").write_text(SUITE.format(extra=STEADY))
     (repo / "history.txt").write_text(message + "\n")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", message)
@@ -29,7 +33,8 @@ def commit(repo, message, *, step_s=0.02, crash=False):
 
 @pytest.fixture
 def history(tmp_path):
-    """GOOD, then 8 commits; the 5th after GOOD doubles the step time, and the 6th (after it) does not run."""
+    """GOOD, then 8 commits; the 5th after GOOD doubles the sleeper's step time, and the 6th (after it) does not run.
+    A second case, steady, never changes: each case gets its own search, and steady none."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q")
@@ -68,6 +73,11 @@ def test_the_commit_that_doubled_the_step_is_named_within_log2_n_plus_2_verdicts
     assert "subject: change 5: twice as slow" in output and "author:  ci" in output
     assert verdicts(output) <= math.ceil(math.log2(8)) + 2, output
     assert f"{shas[6][:10]} is skip" in output, "the commit that does not train is skipped, as git bisect skip does"
+    assert "steady-same-cpu: no slowdown between GOOD and BAD" in output
+    assert output.count("first bad commit") == 1, "the steady case is searched for nothing"
+    logs = sorted((repo.parent / "logs").glob("*.log"))
+    assert "steady-same-cpu" in logs[0].read_text()
+    assert not [log.name for log in logs[1:] if "steady-same-cpu" in log.read_text()], "a search runs its case alone"
     assert f"against its parent {shas[4][:10]}: fastest_step_samples_per_second -" in output
     assert (repo.parent / "report" / "bisect.md").read_text().count("first bad commit") == 1
     assert (repo.parent / "report" / "bisect-sleeper-sleep-cpu.png").stat().st_size > 0
@@ -80,6 +90,7 @@ def test_a_range_with_no_slowdown_blames_nothing(history):
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "sleeper-sleep-cpu: no slowdown between GOOD and BAD: fastest_step_samples_per_second" in output
+    assert "steady-same-cpu: no slowdown between GOOD and BAD" in output
     assert "first bad commit" not in output
     assert verdicts(output) == 1
     assert worktrees(repo) == [f"worktree {repo}"]

@@ -62,6 +62,8 @@ class Bisect:
         self.max_pairs = max_pairs
         self.say = say
         self.verdicts = 0
+        self.tests: list[str] = []
+        """Every case the first session judged: a case's search deselects the others."""
 
     def verdict(self, candidate: int, reference: int, extra: Sequence[str] = ()) -> Outcome:
         self.verdicts += 1
@@ -85,6 +87,7 @@ class Bisect:
             raise BisectUsageError(f"the session of BAD against GOOD judged no case (pytest exit {outcome.exit_code}); "
                                    f"check the selection and options: see {outcome.log}")
         searches, lines, answered = [], [], True
+        self.tests = sorted(outcome.results)
         for test, record in sorted(outcome.results.items()):
             measured = self.measured(outcome, test, len(self.commits) - 1, 0)
             rows = [row for row in measured.rows if row.get("verdict") == "FAIL"]
@@ -180,9 +183,8 @@ def main(argv: Sequence[str]) -> int:
           f"none is unknown; logs in {args.bisect_logs}")
     try:
         searches, lines, answered = bisect.ends()
-        tests = [case.test for case in searches]
         for case in searches:
-            bisect.search(case, [test for test in tests if test != case.test])
+            bisect.search(case, [test for test in bisect.tests if test != case.test])
         for case in searches:
             print("\n".join(bisection.answer(*case.report())))
             answered = answered and case.culprit is not None
