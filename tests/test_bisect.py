@@ -7,12 +7,16 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from test_ab import SLEEPER, SUITE, git, worktrees
 
+from perfgate.bisect.commits import BisectUsageError, Commit
+from perfgate.bisect.driver import Bisect
 from perfgate.bisect.search import BAD, GOOD, SKIP, UNKNOWN, Measured, Search, Step, classify
+from perfgate.bisect.session import Outcome
 
 CRASHER = "raise SystemExit('this commit does not train')\n"
 ARGS = ["-k", "sleep or same", "--perf-repeats", "2", "--perf-max-repeats", "4"]
@@ -173,3 +177,75 @@ def test_skipped_commits_next_to_the_culprit_are_named_with_it():
     while (index := search.next_commit()) is not None:
         search.record(index, classes[index])
     assert search.suspects() == [4, 5]
+
+
+class FakeSessions:
+    """A/B sessions answered from a table: commit index -> the fastest step's change against the reference (and its
+    interval half-width), or a case verdict such as crashed; each call's extra arguments are kept."""
+
+    def __init__(self, commits, answers):
+        self.index = {commit.sha: i for i, commit in enumerate(commits)}
+        self.answers = answers
+        self.calls = []
+
+    def run(self, tree, reference, label, *, extra=()):
+        candidate = int(tree.name)
+        self.calls.append((candidate, self.index[reference], list(extra)))
+        answer = self.answers[candidate]
+        if callable(answer):
+            answer = answer(list(extra))
+        if isinstance(answer, str):
+            record = {"test": "t::case", "case": "case", "verdict": answer, "metrics": [], "message": answer}
+        else:
+            change, half = answer
+            worse = -change > 0.02 and -change - half > 0
+            record = {"test": "t::case", "case": "case", "verdict": "FAIL" if worse else "pass",
+                      "reference": {"per_run": [{}, {}]},
+                      "metrics": [{"metric": "fastest_step_samples_per_second", "change": change,
+                                   "ci": [change - half, change + half], "verdict": "FAIL" if worse else "pass",
+                                   "reason": "not significant yet" if -change > 0.02 and not worse else "x"}]}
+        return Outcome({"t::case": record}, 0, 1.0, Path("log"))
+
+
+class FakeTrees:
+    def get(self, commit):
+        return Path(commit.subject)
+
+
+def fake_bisect(answers):
+    commits = [Commit(f"{i:040x}", str(i), "ci", "2026-11-24") for i in range(len(answers))]
+    sessions = FakeSessions(commits, answers)
+    return Bisect(Path("."), commits, sessions, FakeTrees(), max_pairs=10, say=lambda line: None), sessions
+
+
+def test_an_unknown_midpoint_is_measured_again_with_more_pairs_and_then_decided_on_its_estimate():
+    """Commit 4's first verdict straddles half the step (-25 %): it is measured again with --bisect-max-pairs pairs
+    (and the cap raised with them, or pytest would refuse the repeats), and its estimate then decides."""
+    slow, fast = (-0.5, 0.01), (0.0, 0.01)
+    answers = [fast, fast, fast, fast,
+               lambda extra: (-0.3, 0.1) if "--perf-repeats" in extra else (-0.3, 0.2), slow, slow, slow, slow]
+    bisect, sessions = fake_bisect(answers)
+    searches, lines, answered = bisect.ends()
+    bisect.search(searches[0], [])
+    assert searches[0].culprit == 4 and answered
+    retries = [extra for candidate, _, extra in sessions.calls if candidate == 4 and "--perf-repeats" in extra]
+    assert retries and retries[0][retries[0].index("--perf-max-repeats") + 1] == "10"
+    assert bisect.verdicts == 1 + 3 + 1 + 1, "the ends, 3 midpoints, one retry, and the culprit against its parent"
+
+
+def test_an_unproven_slowdown_between_good_and_bad_is_said_and_blames_nothing():
+    bisect, _ = fake_bisect([(0.0, 0.01), (-0.1, 0.2)])
+    searches, lines, answered = bisect.ends()
+    assert not searches and not answered
+    assert "an unproven slowdown between GOOD and BAD" in lines[0]
+
+
+def test_a_timeout_counts_as_slow_and_a_crashing_bad_is_a_usage_error():
+    fast, slow = (0.0, 0.01), (-0.5, 0.01)
+    bisect, _ = fake_bisect([fast, fast, "timeout", slow, slow])
+    searches, _, _ = bisect.ends()
+    bisect.search(searches[0], [])
+    assert searches[0].culprit == 2
+    broken, _ = fake_bisect([fast, fast, "crashed"])
+    with pytest.raises(BisectUsageError, match="GOOD or BAD itself does not run"):
+        broken.ends()

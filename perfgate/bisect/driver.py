@@ -125,7 +125,8 @@ class Bisect:
             verdict = classify(measured, case.steps)
             if verdict == UNKNOWN:
                 case.measured.append(measured)
-                more = self.verdict(index, search.good, [*narrowed, "--perf-repeats", str(self.max_pairs)])
+                more = self.verdict(index, search.good, [*narrowed, "--perf-repeats", str(self.max_pairs),
+                                                         "--perf-max-repeats", str(self.max_pairs)])
                 measured = self.measured(more, case.test, index, search.good)
                 verdict = classify(measured, case.steps, final=True)
             case.measured.append(measured)
