@@ -1,10 +1,14 @@
 """A small real DDP job (gloo, one rank per node, seconds per launch) and a suite of three cases for the
 multi-node launchers' tests: one that runs, one whose second node crashes, one that hangs."""
 
+import json
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from conftest import REPO
 
@@ -138,3 +142,22 @@ def launch_sampling_node_gpus(launcher, into, nodes=2):
                       node_gpu_samples=True)
     launcher.launch(spec)
     return spec.workdir
+
+
+FLOOR = REPO / ".venv-floor" / "bin" / "python"
+"""The oldest supported torch's interpreter, which `make test-floor` (or .ci/run) creates."""
+needs_floor = pytest.mark.skipif(not FLOOR.exists(), reason=f"{FLOOR} is not there: `make test-floor` (or .ci/run) "
+                                 "creates it")
+
+
+def check_reference_side_under_floor(pytester, result, node_command):
+    """--perf-against-python on two nodes: the case passed, the reference side ran ``FLOOR <node_command>`` (the
+    candidate did not), and each reference run's records come from both nodes' ranks."""
+    result.assert_outcomes(passed=1)
+    stored = json.loads(max(pytester.path.glob("**/test_toy_ddp_cpu_0/result.json"),
+                            key=lambda p: p.stat().st_mtime).read_text())
+    assert stored["reference"]["environment"]["torch"] == "2.5.1"
+    assert f"{FLOOR} {node_command}" in stored["reference"]["command"]
+    assert f"{FLOOR} {node_command}" not in stored["command"]
+    for run_dir in Path(stored["workdir"]).glob("reference/run*"):
+        assert json.loads((run_dir / "steps.jsonl").open().readline())["world_size"] == 2

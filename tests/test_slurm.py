@@ -9,16 +9,15 @@ import json
 import re
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 import slurm_cluster
-from multinode import WORKLOAD_CASES, interrupt_mid_run, launch_sampling_node_gpus, run_workloads, write_suite
+from multinode import (FLOOR, WORKLOAD_CASES, check_reference_side_under_floor, interrupt_mid_run,
+                       launch_sampling_node_gpus, needs_floor, run_workloads, write_suite)
 
-from conftest import REPO, leftover_processes
+from conftest import leftover_processes
 
 CLASS = "slurm-two-nodes"
-FLOOR = REPO / ".venv-floor" / "bin" / "python"
 ARGS = ["--launcher", "slurm", "--nodes", "2", "--baseline-dir", "b", "--hardware-class", CLASS,
         "-p", "no:cacheprovider", "--perf-repeats", "1", "--perf-max-repeats", "2"]
 
@@ -126,17 +125,10 @@ def test_each_slurm_node_samples_its_own_gpus_into_the_run_directory(suite, clus
     assert leftover_processes(str(tmp_path)) == [] and cluster.jobs() == []
 
 
-@pytest.mark.skipif(not FLOOR.exists(), reason=f"{FLOOR} is not there: `make test-floor` (or .ci/run) creates it")
+@needs_floor
 def test_another_interpreter_runs_the_reference_side_on_every_slurm_node(suite, cluster):
     """--perf-against-python: the reference side's srun step runs perfgate's node side and torchrun with the other
     interpreter (the oldest supported torch) on both nodes, launch for launch with this one."""
     result = run(suite, "-k", "ddp", f"--perf-against-python={FLOOR}", "--perf-repeats", "2",
                  "--perf-max-repeats", "2", "--perf-ab-tolerance", "0.5")
-    result.assert_outcomes(passed=1)
-    stored = json.loads(max(suite.path.glob("**/test_toy_ddp_cpu_0/result.json"),
-                            key=lambda p: p.stat().st_mtime).read_text())
-    assert stored["reference"]["environment"]["torch"] == "2.5.1"
-    assert f"{FLOOR} -m perfgate.launch.slurm" in stored["reference"]["command"]
-    assert f"{FLOOR} -m perfgate.launch.slurm" not in stored["command"]
-    for run_dir in Path(stored["workdir"]).glob("reference/run*"):
-        assert json.loads((run_dir / "steps.jsonl").open().readline())["world_size"] == 2
+    check_reference_side_under_floor(suite, result, "-m perfgate.launch.slurm")

@@ -4,16 +4,15 @@ ended with nothing of it left on either host."""
 
 import json
 import signal
-from pathlib import Path
 
 import pytest
 import ssh_server
-from multinode import WORKLOAD_CASES, interrupt_mid_run, launch_sampling_node_gpus, run_workloads, write_suite
+from multinode import (FLOOR, WORKLOAD_CASES, check_reference_side_under_floor, interrupt_mid_run,
+                       launch_sampling_node_gpus, needs_floor, run_workloads, write_suite)
 
-from conftest import REPO, leftover_processes
+from conftest import leftover_processes
 
 CLASS = "ssh-two-hosts"
-FLOOR = REPO / ".venv-floor" / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
@@ -113,16 +112,9 @@ def test_each_host_samples_its_own_gpus_into_the_run_directory(server, tmp_path)
     assert leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.skipif(not FLOOR.exists(), reason=f"{FLOOR} is not there: `make test-floor` (or .ci/run) creates it")
+@needs_floor
 def test_another_interpreter_runs_the_reference_side_on_every_host(suite, server):
     """--perf-against-python over ssh: each host's torchrun agent of the reference side is the other interpreter's."""
     result = run(suite, server, "-k", "ddp", f"--perf-against-python={FLOOR}", "--perf-repeats", "2",
                  "--perf-max-repeats", "2", "--perf-ab-tolerance", "0.5")
-    result.assert_outcomes(passed=1)
-    stored = json.loads(max(suite.path.glob("**/test_toy_ddp_cpu_0/result.json"),
-                            key=lambda p: p.stat().st_mtime).read_text())
-    assert stored["reference"]["environment"]["torch"] == "2.5.1"
-    assert f"{FLOOR} -m torch.distributed.run" in stored["reference"]["command"]
-    assert f"{FLOOR} -m torch.distributed.run" not in stored["command"]
-    for run_dir in Path(stored["workdir"]).glob("reference/run*"):
-        assert json.loads((run_dir / "steps.jsonl").open().readline())["world_size"] == 2
+    check_reference_side_under_floor(suite, result, "-m torch.distributed.run")
