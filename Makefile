@@ -1,6 +1,8 @@
 # make perf: the perf suite on this machine (CPU flavour without a GPU), reports in results/. make test: the harness's tests.
 # make baselines: measure and write this machine's baselines of the default cases, for review (nothing is committed).
 # make test-floor: the workload smoke tests and one gate case on the oldest supported torch (CI runs it too).
+# make test also makes .venv-other, .venv with an older open_clip layered on top, the reference environment of the
+# --perf-against-python tests (a few MB: a second torch would need ~5 GB more disk beside .venv).
 # make docs: the documentation site (docs/, Sphinx + MyST) into docs/_build/html, warnings as errors (CI runs it too).
 # Each creates or reuses its virtual environment first; only python3 and make are needed.
 PYTHON ?= python3
@@ -9,15 +11,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.perfgate-installed
 FLOOR_VENV ?= .venv-floor
 FLOOR_STAMP := $(FLOOR_VENV)/.perfgate-installed
+OTHER_VENV ?= .venv-other
+OTHER_STAMP := $(OTHER_VENV)/.perfgate-installed
+PURELIB := import sysconfig; print(sysconfig.get_path("purelib"))
 PYTEST_ARGS ?=
 
-.PHONY: perf baselines test test-floor docs venv deps clean
+.PHONY: perf baselines test test-floor docs venv clean
 
 venv: $(STAMP)
-
-# Both environments' dependencies (CI installs them first, before any test runs). The editable installs that
-# follow stay one at a time: each writes perfgate.egg-info into this directory.
-deps: $(VENV)/.deps-installed $(FLOOR_VENV)/.deps-installed
 
 $(VENV)/.deps-installed: requirements.txt constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +29,9 @@ $(VENV)/.deps-installed: requirements.txt constraints.txt
 $(FLOOR_VENV)/.deps-installed: requirements-floor.txt constraints-floor.txt
 	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/python -m pip install --quiet --upgrade pip
+	# torch and its CUDA wheels one at a time, so that pip never holds all their downloads (~3.5 GB) at once.
+	grep -E '^(torch|triton|nvidia-)' constraints-floor.txt \
+	  | xargs -n 1 $(FLOOR_VENV)/bin/python -m pip install --quiet --no-deps
 	$(FLOOR_VENV)/bin/python -m pip install --quiet -r requirements-floor.txt -c constraints-floor.txt
 	touch $@
 
@@ -39,6 +43,15 @@ $(FLOOR_STAMP): $(FLOOR_VENV)/.deps-installed pyproject.toml
 	$(FLOOR_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	touch $@
 
+# .venv's packages through a .pth in its own site-packages, behind the older releases of requirements-other.txt.
+$(OTHER_STAMP): $(STAMP) requirements-other.txt
+	rm -rf $(OTHER_VENV)
+	$(PYTHON) -m venv --without-pip $(OTHER_VENV)
+	own=$$($(OTHER_VENV)/bin/python -c '$(PURELIB)') && base=$$($(BIN)/python -c '$(PURELIB)') \
+	  && $(BIN)/python -m pip install --quiet --no-deps --target "$$own" -r requirements-other.txt \
+	  && echo "import site; site.addsitedir('$$base')" > "$$own/perfgate-base-venv.pth"
+	touch $@
+
 perf: $(STAMP)
 	PERFGATE_BASELINES_COMMAND="make baselines" \
 	$(BIN)/python -m pytest tests_perf --perf-json results/perf.json --perf-report results/report $(PYTEST_ARGS)
@@ -48,7 +61,7 @@ baselines: $(STAMP)
 	$(BIN)/python -m pytest tests_perf --update-baselines $(PYTEST_ARGS)
 	@echo "review the new baselines (git status baselines/; git diff baselines/), then commit them"
 
-test: $(STAMP)
+test: $(STAMP) $(OTHER_STAMP)
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
 test-floor: $(FLOOR_STAMP)
@@ -63,4 +76,4 @@ docs: $(VENV)/.docs-installed
 	$(BIN)/python -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) .pytest_cache build *.egg-info docs/_build
+	rm -rf $(VENV) $(FLOOR_VENV) $(OTHER_VENV) .pytest_cache build *.egg-info docs/_build

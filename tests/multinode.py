@@ -144,20 +144,19 @@ def launch_sampling_node_gpus(launcher, into, nodes=2):
     return spec.workdir
 
 
-FLOOR = REPO / ".venv-floor" / "bin" / "python"
-"""The oldest supported torch's interpreter, which `make test-floor` (or .ci/run) creates."""
-needs_floor = pytest.mark.skipif(not FLOOR.exists(), reason=f"{FLOOR} is not there: `make test-floor` (or .ci/run) "
-                                 "creates it")
+OTHER = REPO / ".venv-other" / "bin" / "python"
+"""The reference environment of the --perf-against-python tests: .venv with open_clip 3.2.0 in front (`make test`)."""
+needs_other = pytest.mark.skipif(not OTHER.exists(), reason=f"{OTHER} is not there: `make test` creates it")
 
 
-def check_reference_side_under_floor(pytester, result, node_command):
-    """--perf-against-python on two nodes: the case passed, the reference side ran ``FLOOR <node_command>`` (the
+def check_reference_side_under_other(pytester, result, node_command):
+    """--perf-against-python on two nodes: the case passed, the reference side ran ``OTHER <node_command>`` (the
     candidate did not), and each reference run's records come from both nodes' ranks."""
     result.assert_outcomes(passed=1)
     stored = json.loads(max(pytester.path.glob("**/test_toy_ddp_cpu_0/result.json"),
                             key=lambda p: p.stat().st_mtime).read_text())
-    assert stored["reference"]["environment"]["torch"] == "2.5.1"
-    assert f"{FLOOR} {node_command}" in stored["reference"]["command"]
-    assert f"{FLOOR} {node_command}" not in stored["command"]
+    assert (stored["environment"]["open_clip"], stored["reference"]["environment"]["open_clip"]) == ("3.3.0", "3.2.0")
+    assert f"{OTHER} {node_command}" in stored["reference"]["command"]
+    assert f"{OTHER} {node_command}" not in stored["command"]
     for run_dir in Path(stored["workdir"]).glob("reference/run*"):
         assert json.loads((run_dir / "steps.jsonl").open().readline())["world_size"] == 2

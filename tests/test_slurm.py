@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 import slurm_cluster
-from multinode import (FLOOR, WORKLOAD_CASES, check_reference_side_under_floor, interrupt_mid_run,
-                       launch_sampling_node_gpus, needs_floor, run_workloads, write_suite)
+from multinode import (OTHER, WORKLOAD_CASES, check_reference_side_under_other, interrupt_mid_run,
+                       launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
 
 from conftest import leftover_processes
 
@@ -125,10 +125,10 @@ def test_each_slurm_node_samples_its_own_gpus_into_the_run_directory(suite, clus
     assert leftover_processes(str(tmp_path)) == [] and cluster.jobs() == []
 
 
-@needs_floor
+@needs_other
 def test_another_interpreter_runs_the_reference_side_on_every_slurm_node(suite, cluster):
     """--perf-against-python: the reference side's srun step runs perfgate's node side and torchrun with the other
-    interpreter (the oldest supported torch) on both nodes, launch for launch with this one."""
-    result = run(suite, "-k", "ddp", f"--perf-against-python={FLOOR}", "--perf-repeats", "2",
+    interpreter (.venv with an older open_clip) on both nodes, launch for launch with this one."""
+    result = run(suite, "-k", "ddp", f"--perf-against-python={OTHER}", "--perf-repeats", "2",
                  "--perf-max-repeats", "2", "--perf-ab-tolerance", "0.5")
-    check_reference_side_under_floor(suite, result, "-m perfgate.launch.slurm")
+    check_reference_side_under_other(suite, result, "-m perfgate.launch.slurm")

@@ -7,8 +7,8 @@ import signal
 
 import pytest
 import ssh_server
-from multinode import (FLOOR, WORKLOAD_CASES, check_reference_side_under_floor, interrupt_mid_run,
-                       launch_sampling_node_gpus, needs_floor, run_workloads, write_suite)
+from multinode import (OTHER, WORKLOAD_CASES, check_reference_side_under_other, interrupt_mid_run,
+                       launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
 
 from conftest import leftover_processes
 
@@ -112,9 +112,9 @@ def test_each_host_samples_its_own_gpus_into_the_run_directory(server, tmp_path)
     assert leftover_processes(str(tmp_path)) == []
 
 
-@needs_floor
+@needs_other
 def test_another_interpreter_runs_the_reference_side_on_every_host(suite, server):
     """--perf-against-python over ssh: each host's torchrun agent of the reference side is the other interpreter's."""
-    result = run(suite, server, "-k", "ddp", f"--perf-against-python={FLOOR}", "--perf-repeats", "2",
+    result = run(suite, server, "-k", "ddp", f"--perf-against-python={OTHER}", "--perf-repeats", "2",
                  "--perf-max-repeats", "2", "--perf-ab-tolerance", "0.5")
-    check_reference_side_under_floor(suite, result, "-m torch.distributed.run")
+    check_reference_side_under_other(suite, result, "-m torch.distributed.run")
