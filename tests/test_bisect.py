@@ -1,6 +1,7 @@
 """perfgate bisect: a git repository built here, 8 commits after GOOD, exactly one of which makes the workload 2x
 slower; every verdict is a real A/B session of real torchrun launches."""
 
+import json
 import math
 import os
 import signal
@@ -11,7 +12,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from multinode import TOY_DDP
 from test_ab import SLEEPER, SUITE, git, worktrees
+
+from conftest import leftover_processes
 
 from perfgate.bisect.commits import BisectUsageError, Commit
 from perfgate.bisect.driver import Bisect
@@ -22,6 +26,17 @@ CRASHER = "raise SystemExit('this commit does not train')\n"
 ARGS = ["-k", "sleep or same", "--perf-repeats", "2", "--perf-max-repeats", "4"]
 
 
+# The toy DDP job on two nodes, gated on the wall clock only (a longer sleep is no more CPU work) within 20 %.
+TWO_NODE_SUITE = """
+from perfgate import Case, Flavour, parametrize
+
+CASES = [Case("toy", "ddp", ("toy_ddp.py",), cpu=Flavour({}, steps=10, warmup=2, tolerance=0.2, ranks_per_node=1,
+                                                         timeout_s=120, gated=("fastest_step_samples_per_second",)))]
+
+@parametrize(CASES)
+def test_toy(perfgate, case):
+    perfgate.check(case)
+"""
 STEADY = 'CASES.append(Case("steady", "same", ("steady.py",), cpu=FLAVOUR))\n'
 
 
@@ -66,6 +81,37 @@ def bisect(repo, *args, timeout=900):
 
 def verdicts(output):
     return output.count("perfgate bisect: verdict ")
+
+
+def check_bisect_across_two_nodes(tmp_path, launcher_options, launched_by):
+    """perfgate bisect through a multi-node launcher: GOOD, a neutral change, then a commit that doubles the toy DDP
+    job's sleep on every node. Every verdict is an A/B session on both nodes; the culprit is named in at most
+    three verdicts (GOOD vs BAD, the midpoint, the culprit against its parent), and nothing is left behind."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for command in (("init", "-q"), ("config", "user.email", "ci@example.com"), ("config", "user.name", "ci")):
+        git(repo, *command)
+    (repo / "test_suite.py").write_text(TWO_NODE_SUITE)
+    shas = []
+    for message, sleep_s in (("GOOD", 0.05), ("change 1", 0.05), ("change 2: twice the sleep", 0.1)):
+        (repo / "toy_ddp.py").write_text(TOY_DDP.replace("time.sleep(0.05)", f"time.sleep({sleep_s})"))
+        (repo / "history.txt").write_text(message + "\n")
+        git(repo, "add", ".")
+        git(repo, "commit", "-qm", message)
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    done = subprocess.run([sys.executable, "-m", "perfgate.cli", "bisect", shas[0], shas[2], *launcher_options,
+                           "-k", "ddp", "--perf-repeats", "2", "--perf-max-repeats", "4",
+                           "--bisect-logs", str(tmp_path / "logs")],
+                          cwd=repo, capture_output=True, text=True, timeout=900, env=scratch_env(repo))
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert f"first bad commit {shas[2]}" in output and "subject: change 2: twice the sleep" in output
+    assert verdicts(output) <= 3, output
+    results = [json.loads(path.read_text()) for path in (tmp_path / "logs").glob("**/result.json")]
+    assert len(results) == verdicts(output)
+    assert all(result["world_size"] == 2 and result["command"].startswith(launched_by) for result in results)
+    assert worktrees(repo) == [f"worktree {repo}"]
+    assert leftover_processes(str(tmp_path)) == []
 
 
 def test_the_commit_that_doubled_the_step_is_named_within_log2_n_plus_2_verdicts_skipping_one_that_crashes(history):

@@ -15,6 +15,8 @@ import slurm_cluster
 from multinode import (OTHER, WORKLOAD_CASES, check_reference_side_under_other, interrupt_mid_run,
                        launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
 
+from test_bisect import check_bisect_across_two_nodes
+
 from conftest import leftover_processes
 
 CLASS = "slurm-two-nodes"
@@ -132,3 +134,7 @@ def test_another_interpreter_runs_the_reference_side_on_every_slurm_node(suite, 
     result = run(suite, "-k", "ddp", f"--perf-against-python={OTHER}", "--perf-repeats", "2",
                  "--perf-max-repeats", "2", "--perf-ab-tolerance", "0.5")
     check_reference_side_under_other(suite, result, "-m perfgate.launch.slurm")
+
+
+def test_bisect_through_slurm_names_the_commit_that_slowed_both_nodes(suite, tmp_path):
+    check_bisect_across_two_nodes(tmp_path, ["--launcher", "slurm", "--nodes", "2"], launched_by="srun ")

@@ -10,6 +10,8 @@ import ssh_server
 from multinode import (OTHER, WORKLOAD_CASES, check_reference_side_under_other, interrupt_mid_run,
                        launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
 
+from test_bisect import check_bisect_across_two_nodes
+
 from conftest import leftover_processes
 
 CLASS = "ssh-two-hosts"
@@ -118,3 +120,8 @@ def test_another_interpreter_runs_the_reference_side_on_every_host(suite, server
     result = run(suite, server, "-k", "ddp", f"--perf-against-python={OTHER}", "--perf-repeats", "2",
                  "--perf-max-repeats", "2", "--perf-ab-tolerance", "0.5")
     check_reference_side_under_other(suite, result, "-m torch.distributed.run")
+
+
+def test_bisect_over_ssh_names_the_commit_that_slowed_both_hosts(server, tmp_path):
+    check_bisect_across_two_nodes(tmp_path, ["--launcher", "ssh", "--hosts", ",".join(ssh_server.HOSTS),
+                                             f"--ssh-args={server.client_args}"], launched_by="ssh ")
