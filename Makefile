@@ -20,10 +20,11 @@ PYTEST_ARGS ?=
 
 venv: $(STAMP)
 
-$(VENV)/.deps-installed: requirements.txt constraints.txt
+$(VENV)/.deps-installed: requirements.txt requirements-nodeps.txt constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $@
 
 $(FLOOR_VENV)/.deps-installed: requirements-floor.txt constraints-floor.txt

@@ -15,6 +15,10 @@ prints the steps found and the window's throughput.
 
 prints each case's baseline values across the git history of the baseline directory, and draws them.
 
+    perfgate trend [CASE ...] [--history URL] [--fail-on-regression] [--png PATH]
+
+finds the change points in each case's results kept by --perf-history (perfgate.trend).
+
     perfgate bisect GOOD BAD [pytest options, e.g. -k CASE]
 
 finds the first-parent commit between GOOD and BAD that made a case slower, with A/B verdicts
@@ -37,6 +41,8 @@ from perfgate.records.sources import LogLines
 from perfgate.records.steps import RunRecords
 from perfgate.report import history
 from perfgate.report.terminal import table
+from perfgate.trend import command as trend
+from perfgate.trend.database import DatabaseError
 
 LOG_FORMATS = ("open_clip", "lines")
 
@@ -123,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     past.add_argument("cases", nargs="*", metavar="CASE", help="case ids or globs, e.g. 'resnet50-*-gpu' (default: all)")
     past.add_argument("--baseline-dir", type=Path, default=Path("baselines"), help="default: ./baselines")
     past.add_argument("--png", type=Path, help="also draw the values against commit date into this PNG")
+    trend.add_arguments(commands.add_parser(
+        "trend",
+        help="change points in the results database's history (--perf-history)",
+        description="Find the change points of each case's results (case x hardware class x metric) in the results "
+        "database with Apache Otava's E-divisive method, print each one (commit, date, mean before -> after, change, "
+        "p-value), draw the series, and with --fail-on-regression exit 1 when a series' newest segment is a "
+        "regression."))
     commands.add_parser("bisect", add_help=False, help="find the commit that made a case slower (A/B verdicts); "
                         "perfgate bisect --help")
     return parser
@@ -136,12 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "history":
             return show_history(args.cases, args.baseline_dir, args.png)
+        if args.command == "trend":
+            return trend.run(args)
         if args.format == "lines":
             return import_lines(args.path, args.pattern, args.samples_per_step, args.warmup, args.json)
         return import_log(args.format, args.path, args.json)
     except FileNotFoundError:
         print(f"perfgate: error: {args.path}: no such file", file=sys.stderr)
-    except (openclip_log.LogError, history.HistoryError) as exc:
+    except (openclip_log.LogError, history.HistoryError, DatabaseError) as exc:
         print(f"perfgate: error: {exc}", file=sys.stderr)
     return 2
 

@@ -40,6 +40,8 @@ from perfgate.report import terminal
 from perfgate.report.benchmark_json import BenchmarkJson
 from perfgate.report.directory import ReportDirectory
 from perfgate.report.results_file import ResultsFile
+from perfgate.trend.database import DatabaseError, url_of
+from perfgate.trend.recorder import HistoryRecorder
 
 MARKERS = {
     "gpu": "GPU flavour of a case: nccl, one rank per GPU; skipped where no CUDA GPU is visible",
@@ -145,6 +147,10 @@ class SessionState:
             sinks.append(BenchmarkJson(self.settings.json_path, self._hardware_info()))
         if self.settings.results_path and not self.worker:
             sinks.append(ResultsFile(self.settings.results_path))
+        if self.settings.history_url and not self.worker:
+            sinks.append(HistoryRecorder(self.settings.history_url, self.root,
+                                         lambda text, warning: terminalreporter.write_line(text, yellow=warning),
+                                         self.environment))
         if self.settings.report_dir and not self.worker:
             sinks.append(ReportDirectory(self.settings.report_dir, os.environ.get("GITHUB_STEP_SUMMARY"),
                                          os.environ.get(CREATE_BASELINES_ENV)))
@@ -180,6 +186,11 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             state.commits = revision.commits(state.root, state.settings.against)
         except revision.RevisionError as exc:
+            raise pytest.UsageError(f"perfgate: {exc}") from None
+    if state.settings.history_url:
+        try:
+            url_of(state.settings.history_url)
+        except DatabaseError as exc:
             raise pytest.UsageError(f"perfgate: {exc}") from None
     if state.settings.against_python:
         _refuse_a_rootdir_taken_from(config, Path(state.settings.against_python))

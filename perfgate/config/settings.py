@@ -112,6 +112,12 @@ def name(text: str) -> str:
     return text
 
 
+def database_url(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must be a SQLite path or a database URL, got ''")
+    return text
+
+
 OPTIONS = (
     Option("--nodes", "nodes", "number of nodes (torchrun agents) per case; the local launcher starts them "
            "all on this host, meeting through c10d rendezvous (default: 1)", whole(1), 1, "N"),
@@ -191,6 +197,11 @@ OPTIONS = (
     Option("--perf-results", "results_path", "write every case's whole result record (verdict, gated metrics with "
            "their intervals, runs, and the message of a case that failed to run) to PATH as one JSON document, for "
            "programs that drive pytest (perfgate bisect reads it)", Path, None, "PATH"),
+    Option("--perf-history", "history_url", "keep every case's result (runs, both clocks, verdict, commit, branch, "
+           "hardware class, environment, launcher, nodes, time) in a results database for `perfgate trend`: a "
+           "SQLite path (e.g. results/history.db) or postgresql://USER@HOST/DB (a password there, in PGPASSWORD or "
+           "~/.pgpass is used and never shown); a database that cannot be written is a warning, the verdicts stand",
+           database_url, None, "URL"),
     Option("--perf-report", "report_dir", "write DIR/summary.md (the summary's tables in GitHub markdown, also appended "
            "to $GITHUB_STEP_SUMMARY when set) and PNG plots: each case's step timeline and runs against its baseline, "
            "each DDP family's scaling, each GPU case's utilisation and power", Path, None, "DIR"),
@@ -233,6 +244,7 @@ class Settings:
     ab_budget: float | None = None
     json_path: Path | None = None
     results_path: Path | None = None
+    history_url: str | None = None
     published: Path = Path("references/published.json")
     report_dir: Path | None = None
 

@@ -1,0 +1,248 @@
+"""The results database (``--perf-history URL``): every case's result of every session, for ``perfgate trend``.
+
+One SQLAlchemy Core layer serves the embedded SQLite file (a plain path is one) and a team's PostgreSQL
+(``postgresql://...``, through psycopg, which honours PGPASSWORD and ~/.pgpass). perfgate owns three tables,
+``perfgate_schema`` (the schema version), ``perfgate_results`` (one row per case result: verdict, commit,
+branch, hardware class, environment, launcher, nodes, time, the whole record as JSON) and ``perfgate_metrics``
+(every measured metric of that result, both clocks, with the gate's verdict on the gated ones).
+
+A database that holds other tables and no ``perfgate_schema`` is someone else's, and a newer schema version
+is a newer perfgate's: both are refused before anything is written. Each result is written in its own
+transaction, so parallel sessions and xdist workers interleave without losing one; SQLite waits up to a minute
+for another writer's lock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+
+SCHEMA_VERSION = 1
+METADATA = sa.MetaData()
+SCHEMA = sa.Table("perfgate_schema", METADATA, sa.Column("version", sa.Integer, primary_key=True))
+RESULTS = sa.Table(
+    "perfgate_results", METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, index=True),
+    sa.Column("session", sa.String(64), nullable=False),
+    sa.Column("case_id", sa.String(200), nullable=False, index=True),
+    sa.Column("hardware_class", sa.String(200), nullable=False),
+    sa.Column("verdict", sa.String(40), nullable=False),
+    sa.Column("git_commit", sa.String(80)),
+    sa.Column("branch", sa.String(200)),
+    sa.Column("launcher", sa.String(40)),
+    sa.Column("nodes", sa.Integer),
+    sa.Column("world_size", sa.Integer),
+    sa.Column("environment", sa.JSON),
+    sa.Column("record", sa.JSON, nullable=False),
+)
+METRICS = sa.Table(
+    "perfgate_metrics", METADATA,
+    sa.Column("result_id", sa.Integer, sa.ForeignKey("perfgate_results.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("metric", sa.String(100), primary_key=True),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("gated", sa.Boolean, nullable=False),
+    sa.Column("verdict", sa.String(40)),
+    sa.Column("baseline", sa.Float),
+    sa.Column("change", sa.Float),
+)
+
+
+class DatabaseError(Exception):
+    """The results database cannot be used; the message names it (password masked) and says what to do."""
+
+
+def url_of(text: str) -> URL:
+    """A SQLAlchemy URL, or a path (absolute or relative to the working directory) taken as a SQLite file."""
+    if "://" not in text:
+        return URL.create("sqlite", database=str(Path(text).expanduser().resolve()))
+    try:
+        return make_url(text)
+    except sa.exc.ArgumentError as exc:
+        raise DatabaseError(f"--perf-history {mask(text)}: not a database URL ({exc}); give a path for SQLite or "
+                            "postgresql://USER@HOST/DB") from None
+
+
+def mask(url: str | URL) -> str:
+    """The URL as it may be shown and kept in CI artifacts: no password, in the user part or the query."""
+    if isinstance(url, str):
+        if "://" not in url:
+            return url
+        url = re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
+        return re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", url)
+    return mask(url.render_as_string(hide_password=False))
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a session knows about all its results: who ran them, where, with what."""
+
+    session: str
+    commit: str | None
+    branch: str | None
+    launcher: str
+    nodes: int
+    environment: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One result's value of one metric, as ``perfgate trend`` reads it."""
+
+    result_id: int
+    recorded_at: datetime.datetime
+    case: str
+    hardware_class: str
+    metric: str
+    value: float
+    commit: str | None
+    verdict: str
+    gated: bool
+
+    @property
+    def series(self) -> tuple[str, str, str]:
+        return self.case, self.hardware_class, self.metric
+
+
+class ResultsDatabase:
+    """A results database opened at ``url``; ``create``: give it perfgate's schema when it has none (a reader
+    such as ``perfgate trend`` does not, so a mistyped path is an error, not a new empty file)."""
+
+    def __init__(self, url: str, create: bool = True) -> None:
+        self.url = url_of(url)
+        self.shown = self.url.database if self.url.get_backend_name() == "sqlite" and self.url.database else mask(self.url)
+        """How the database is named in messages: a SQLite file by its path, any other by its URL, masked."""
+        missing = DatabaseError(f"no results database at {self.shown}: run the suite with --perf-history "
+                                f"{self.shown} first")
+        if self.url.get_backend_name() == "sqlite" and self.url.database:
+            if not create and not Path(self.url.database).is_file():
+                raise missing
+            Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine = self._engine()
+            self._ensure_schema(create, missing)
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(self._why(exc)) from None
+
+    def _engine(self) -> Engine:
+        if self.url.get_backend_name() != "sqlite":
+            return sa.create_engine(self.url, pool_pre_ping=True)
+        engine = sa.create_engine(self.url, connect_args={"timeout": 60})
+
+        @sa.event.listens_for(engine, "connect")
+        def write_ahead(connection: Any, _: Any) -> None:
+            connection.execute("PRAGMA foreign_keys=ON")
+            connection.execute("PRAGMA journal_mode=WAL")
+
+        return engine
+
+    def _why(self, exc: BaseException) -> str:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        password = self.url.password
+        if password:
+            reason = reason.replace(str(password), "***")
+        return f"results database {self.shown}: {reason}"
+
+    def _ensure_schema(self, create: bool, missing: DatabaseError) -> None:
+        tables = set(sa.inspect(self.engine).get_table_names())
+        if SCHEMA.name not in tables:
+            if not tables and not create:
+                raise missing
+            if tables:
+                raise DatabaseError(f"results database {self.shown} holds other tables ({', '.join(sorted(tables)[:5])}"
+                                    "), not perfgate's: give perfgate a database of its own (createdb perfgate, or a "
+                                    "new SQLite file)")
+            try:
+                METADATA.create_all(self.engine)
+            except sa.exc.SQLAlchemyError:
+                if SCHEMA.name not in sa.inspect(self.engine).get_table_names():
+                    raise  # not a race with another session creating the schema: a real failure
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(SCHEMA.insert().values(version=SCHEMA_VERSION))
+            except sa.exc.IntegrityError:
+                pass  # another session created the schema at the same moment
+        with self.engine.connect() as connection:
+            version = connection.execute(sa.select(sa.func.max(SCHEMA.c.version))).scalar()
+        if version != SCHEMA_VERSION:
+            raise DatabaseError(f"results database {self.shown} has schema version {version}; this perfgate "
+                                f"reads version {SCHEMA_VERSION}: use the perfgate that wrote it, or a new database")
+
+    def record(self, results: Sequence[dict[str, Any]], context: Context) -> int:
+        """Writes each result (with every number it measured) in its own transaction; returns how many."""
+        written = 0
+        try:
+            for result in results:
+                with self.engine.begin() as connection:
+                    result_id = connection.execute(RESULTS.insert().values(
+                        recorded_at=datetime.datetime.now(datetime.timezone.utc), session=context.session,
+                        case_id=result["case"], hardware_class=result["hardware_class"], verdict=result["verdict"],
+                        git_commit=context.commit, branch=context.branch, launcher=context.launcher,
+                        nodes=context.nodes, world_size=result.get("world_size"),
+                        environment=result.get("environment") or context.environment,
+                        record=_jsonable(result))).inserted_primary_key[0]
+                    rows = list(_metric_rows(result_id, result))
+                    if rows:
+                        connection.execute(METRICS.insert(), rows)
+                written += 1
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(self._why(exc)) from None
+        return written
+
+    def points(self, cases: Sequence[str] = (), hardware_class: str | None = None, metric: str | None = None,
+               since: datetime.datetime | None = None) -> list[Point]:
+        """Every stored value matching the filters, oldest first (case ids may be globs)."""
+        query = (sa.select(RESULTS.c.id, RESULTS.c.recorded_at, RESULTS.c.case_id, RESULTS.c.hardware_class,
+                           METRICS.c.metric, METRICS.c.value, RESULTS.c.git_commit, RESULTS.c.verdict,
+                           METRICS.c.gated)
+                 .join(METRICS, METRICS.c.result_id == RESULTS.c.id)
+                 .order_by(RESULTS.c.recorded_at, RESULTS.c.id))
+        if hardware_class:
+            query = query.where(RESULTS.c.hardware_class == hardware_class)
+        if metric:
+            query = query.where(METRICS.c.metric == metric)
+        if since:
+            query = query.where(RESULTS.c.recorded_at >= since)
+        if cases:
+            query = query.where(sa.or_(*(RESULTS.c.case_id.like(_like(case), escape="\\") for case in cases)))
+        try:
+            with self.engine.connect() as connection:
+                return [Point(*row) for row in connection.execute(query)]
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(self._why(exc)) from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _like(pattern: str) -> str:
+    """A case glob (``*``, ``?``) as a LIKE pattern."""
+    escaped = pattern.replace("%", r"\%").replace("_", r"\_")
+    return escaped.replace("*", "%").replace("?", "_")
+
+
+def _metric_rows(result_id: int, result: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every number the case measured (medians over its runs), the gated ones with their verdict."""
+    gated = {row["metric"]: row for row in result.get("metrics") or ()}
+    for metric, value in (result.get("measured") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            row = gated.get(metric, {})
+            yield {"result_id": result_id, "metric": metric, "value": float(value), "gated": metric in gated,
+                   "verdict": row.get("verdict"), "baseline": row.get("baseline"), "change": row.get("change")}
+
+
+def _jsonable(value: Any) -> Any:
+    """The record with anything JSON cannot hold (paths, tuples) as text or lists."""
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

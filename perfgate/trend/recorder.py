@@ -1,0 +1,64 @@
+"""``--perf-history URL``: the session's results kept in the results database, beside every earlier session's.
+
+A database that cannot be written (unreachable, locked past its timeout, someone else's) costs the history one
+session, never the verdicts: the problem is a warning, and the gate's outcome stands.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from perfgate.launch import environment
+from perfgate.launch.hardware import git_commit
+from perfgate.trend.database import Context, DatabaseError, ResultsDatabase
+
+if TYPE_CHECKING:
+    from perfgate.config.settings import Settings
+
+
+def branch(root: Path) -> str | None:
+    """The CI system's branch name where it says one, else the checkout's."""
+    for name in ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BRANCH_NAME"):
+        if os.environ.get(name):
+            return os.environ[name]
+    try:
+        done = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    name = done.stdout.strip()
+    return name if done.returncode == 0 and name != "HEAD" else None
+
+
+class HistoryRecorder:
+    """A ResultSink: every result of the session into ``url``; ``say(text, warning)`` reports what happened."""
+
+    def __init__(self, url: str, root: Path, say: Callable[[str, bool], None],
+                 session_environment: dict[str, Any] | None) -> None:
+        self.url = url
+        self.root = root
+        self.say = say
+        self.environment = session_environment
+
+    def write(self, results: Sequence[dict[str, Any]], settings: Settings) -> None:
+        if not results:
+            return
+        commit = git_commit(self.root)
+        context = Context(session=uuid.uuid4().hex, commit=None if commit == "unknown" else commit,
+                          branch=branch(self.root), launcher=settings.launcher,
+                          nodes=len(settings.hosts) if settings.hosts else settings.nodes,
+                          environment=self.environment or environment.describe())
+        try:
+            database = ResultsDatabase(self.url)
+            try:
+                written = database.record(results, context)
+            finally:
+                database.close()
+        except DatabaseError as exc:
+            self.say(f"perfgate: WARNING: the results were not kept: {exc}. The verdicts above stand.", True)
+            return
+        self.say(f"perfgate: kept {written} result(s) in {database.shown}", False)

@@ -1,0 +1,187 @@
+"""The results database (--perf-history) and `perfgate trend`: change points on synthetic series, the database's
+refusals and its concurrent writers, and six real sessions whose last three are planted 20 % slower."""
+
+import json
+import multiprocessing
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_ab import SLEEPER, SUITE, git
+
+from perfgate.trend.changepoints import change_points
+from perfgate.trend.database import Context, DatabaseError, ResultsDatabase, mask
+
+SEEDS = range(20)
+
+
+def noisy(length, seed):
+    """``length`` results around 100 with 1 % noise."""
+    return 100 * (1 + 0.01 * np.random.default_rng(seed).standard_normal(length))
+
+
+def test_a_3_percent_step_is_found_at_its_index():
+    found = []
+    for seed in SEEDS:
+        values = noisy(80, seed)
+        values[40:] *= 0.97
+        found.append([point.index for point in change_points(list(values))])
+    assert sum(any(abs(index - 40) <= 1 for index in indices) for indices in found) >= 19, found
+    assert all(len(indices) <= 2 for indices in found), found
+
+
+def test_five_steps_of_1_5_percent_are_each_found():
+    """Creep: every step stays inside a 2 % gate; 30 nightly results apart, the history shows each."""
+    starts = [30, 60, 90, 120, 150]
+    found = []
+    for seed in SEEDS:
+        values = noisy(180, seed)
+        for start in starts:
+            values[start:] *= 0.985
+        found.append([point.index for point in change_points(list(values))])
+    each = [sum(any(abs(index - start) <= 2 for index in indices) for start in starts) for indices in found]
+    assert sum(each) >= 0.8 * len(starts) * len(SEEDS), found
+    assert all(count >= 3 for count in each), found
+
+
+def test_a_flat_series_has_no_change_point():
+    assert sum(not change_points(list(noisy(80, seed))) for seed in SEEDS) >= 18
+
+
+def test_a_single_spike_is_not_a_change_point():
+    values = noisy(40, 0)
+    values[20] *= 0.7
+    assert change_points(list(values)) == []
+
+
+def result(case="c-cpu", value=100.0, verdict="pass"):
+    return {"case": case, "hardware_class": "hw", "verdict": verdict, "world_size": 2,
+            "measured": {"fastest_step_samples_per_second": value, "cpu_seconds_per_sample": 0.01, "mfu": None},
+            "metrics": [{"metric": "fastest_step_samples_per_second", "verdict": verdict, "baseline": 99.0,
+                         "change": value / 99 - 1}]}
+
+
+CONTEXT = Context(session="s", commit="abc", branch="main", launcher="local", nodes=1, environment={"torch": "2.14.1"})
+
+
+def test_results_are_kept_with_every_measured_number_and_read_back_oldest_first(tmp_path):
+    database = ResultsDatabase(str(tmp_path / "sub" / "history.db"))
+    assert database.record([result(value=100.0), result(case="d-cpu", value=5.0)], CONTEXT) == 2
+    database.record([result(value=90.0)], CONTEXT)
+    points = database.points(["c-*"], metric="fastest_step_samples_per_second")
+    assert [(p.case, p.value, p.commit, p.gated) for p in points] == [("c-cpu", 100.0, "abc", True),
+                                                                       ("c-cpu", 90.0, "abc", True)]
+    assert {p.metric: p.gated for p in database.points(["c-cpu"])} == {"fastest_step_samples_per_second": True,
+                                                                       "cpu_seconds_per_sample": False}
+
+
+def test_a_foreign_or_corrupt_database_is_refused_and_left_as_it_was(tmp_path):
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as connection:
+        connection.execute("CREATE TABLE invoices (id INTEGER)")
+    with pytest.raises(DatabaseError, match="holds other tables \\(invoices\\), not perfgate's"):
+        ResultsDatabase(str(foreign))
+    with sqlite3.connect(foreign) as connection:
+        assert [row[0] for row in connection.execute("SELECT name FROM sqlite_master")] == ["invoices"]
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"this is not a database, it is a text file that happens to be here\n" * 100)
+    before = corrupt.read_bytes()
+    with pytest.raises(DatabaseError, match="corrupt.db: file is not a database"):
+        ResultsDatabase(str(corrupt))
+    assert corrupt.read_bytes() == before
+
+
+def test_trend_on_a_database_that_is_not_there_says_so_and_creates_nothing(tmp_path):
+    missing = tmp_path / "typo.db"
+    done = subprocess.run([sys.executable, "-m", "perfgate.cli", "trend", "--history", str(missing)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"no results database at {missing}: run the suite with --perf-history {missing} first" in done.stderr
+    assert not missing.exists()
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "history.db"
+    ResultsDatabase(str(path)).close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO perfgate_schema VALUES (2)")
+    with pytest.raises(DatabaseError, match="schema version 2; this perfgate reads version 1"):
+        ResultsDatabase(str(path))
+
+
+def test_a_password_is_never_shown():
+    assert mask("postgresql://ci:s3cret@db.example:5432/perf") == "postgresql://ci:***@db.example:5432/perf"
+    assert mask("postgresql://ci@db/perf?password=s3cret&sslmode=require") == \
+        "postgresql://ci@db/perf?password=***&sslmode=require"
+    assert mask("results/history.db") == "results/history.db"
+
+
+def write_many(url, writer, count):
+    database = ResultsDatabase(url)
+    for number in range(count):
+        database.record([result(case=f"writer{writer}-cpu", value=float(number))], CONTEXT)
+    database.close()
+
+
+def concurrent_writers(url, writers=4, each=25):
+    """``writers`` processes, each writing ``each`` results (one transaction each) at the same time."""
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=write_many, args=(url, writer, each)) for writer in range(writers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [process.exitcode for process in processes] == [0] * writers
+    database = ResultsDatabase(url)
+    points = database.points(metric="fastest_step_samples_per_second")
+    database.close()
+    for writer in range(writers):
+        assert sorted(p.value for p in points if p.case == f"writer{writer}-cpu") == [float(n) for n in range(each)]
+
+
+def test_sessions_writing_at_once_lose_nothing(tmp_path):
+    concurrent_writers(str(tmp_path / "history.db"))
+
+
+@pytest.fixture
+def repo(pytester):
+    pytester.makepyfile(sleeper=SLEEPER.format(step_s=0.02), test_suite=SUITE.format(extra=""))
+    for command in (("init", "-q"), ("config", "user.email", "ci@example.com"), ("config", "user.name", "ci")):
+        git(pytester.path, *command)
+    git(pytester.path, "add", "sleeper.py", "test_suite.py")
+    git(pytester.path, "commit", "-qm", "the suite")
+    return pytester
+
+
+ARGS = ["-p", "no:cacheprovider", "--perf-repeats", "2", "--baseline-dir", "b", "--hardware-class", "hw"]
+
+
+def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_fourth(repo):
+    repo.runpytest_subprocess(*ARGS, "--update-baselines", timeout=300).assert_outcomes(passed=1)
+    history = repo.path / "results" / "history.db"
+    commits = []
+    for session in range(6):
+        git(repo.path, "commit", "-q", "--allow-empty", "-m", f"session {session + 1}")
+        commits.append(git(repo.path, "rev-parse", "HEAD"))
+        planted = ["--perf-inject-slowdown", "0.25"] if session >= 3 else []
+        ran = repo.runpytest_subprocess(*ARGS, "--perf-history=results/history.db", *planted, timeout=300)
+        ran.stdout.fnmatch_lines([f"perfgate: kept 1 result(s) in {history}"])
+    trend = subprocess.run([sys.executable, "-m", "perfgate.cli", "trend", "--history", str(history),
+                            "--fail-on-regression", "--png", str(repo.path / "trend.png")],
+                           cwd=repo.path, capture_output=True, text=True, timeout=120)
+    assert trend.returncode == 1, trend.stdout + trend.stderr
+    assert (f"sleeper-sleep-cpu @ hw: fastest_step_samples_per_second regressed -20." in trend.stdout
+            and f"since commit {commits[3]}, result #4 of 6" in trend.stdout), trend.stdout
+    assert (repo.path / "trend.png").stat().st_size > 0
+    without = subprocess.run([sys.executable, "-m", "perfgate.cli", "trend", "--history", str(history)],
+                             cwd=repo.path, capture_output=True, text=True, timeout=120)
+    assert without.returncode == 0 and "regressed" in without.stdout
+    with sqlite3.connect(history) as connection:
+        rows = connection.execute("SELECT git_commit, launcher, nodes, environment, verdict, record "
+                                  "FROM perfgate_results ORDER BY id").fetchall()
+    assert [row[0] for row in rows] == commits
+    assert {(row[1], row[2]) for row in rows} == {("local", 1)}
+    assert all(json.loads(row[3])["torch"] and json.loads(row[5])["case"] == "sleeper-sleep-cpu" for row in rows)
+    assert [row[4] for row in rows[:3]] == ["pass"] * 3
