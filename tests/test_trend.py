@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import postgres_server
 import pytest
 from test_ab import SLEEPER, SUITE, git
 
@@ -185,3 +186,50 @@ def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_f
     assert {(row[1], row[2]) for row in rows} == {("local", 1)}
     assert all(json.loads(row[3])["torch"] and json.loads(row[5])["case"] == "sleeper-sleep-cpu" for row in rows)
     assert [row[4] for row in rows[:3]] == ["pass"] * 3
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    why_not = postgres_server.missing()
+    if why_not:
+        pytest.skip(why_not)
+    server = postgres_server.PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def test_postgres_keeps_results_and_sessions_writing_at_once_lose_nothing(postgres):
+    concurrent_writers(postgres.url())
+
+
+def test_postgres_takes_the_password_from_pgpassword(postgres, monkeypatch):
+    monkeypatch.setenv("PGPASSWORD", postgres.password)
+    database = ResultsDatabase(postgres.url(password=False))
+    assert database.record([result(case="pgpassword-cpu")], CONTEXT) == 1
+    database.close()
+
+
+def test_a_session_never_shows_the_password_and_an_unreachable_database_leaves_the_verdict(repo, postgres):
+    repo.runpytest_subprocess(*ARGS, "--update-baselines", timeout=300).assert_outcomes(passed=1)
+    kept = repo.runpytest_subprocess(*ARGS, f"--perf-history={postgres.url()}", "--junitxml=junit.xml",
+                                     "--perf-report=report", "--perf-json=perf.json", timeout=300)
+    kept.assert_outcomes(passed=1)
+    kept.stdout.fnmatch_lines([f"perfgate: kept 1 result(s) in postgresql+psycopg://perfgate:***@127.0.0.1:"
+                               f"{postgres.port}/perfgate"])
+    wrong = postgres.url().replace(postgres.password, "not-the-" + postgres.password)
+    refused = repo.runpytest_subprocess(*ARGS, f"--perf-history={wrong}", timeout=300)
+    refused.assert_outcomes(passed=1)
+    refused.stdout.fnmatch_lines(["perfgate: WARNING: the results were not kept: results database "
+                                  "postgresql+psycopg://perfgate:***@127.0.0.1:*password authentication failed*"
+                                  "The verdicts above stand."])
+    closed = repo.runpytest_subprocess(*ARGS, "--perf-history=postgresql://perfgate:x@127.0.0.1:1/perfgate",
+                                       timeout=300)
+    closed.assert_outcomes(passed=1)
+    closed.stdout.fnmatch_lines(["perfgate: WARNING: the results were not kept: *127.0.0.1*port 1 failed*"])
+    written = [path for path in repo.path.rglob("*") if path.is_file() and ".git" not in path.parts]
+    for text in [kept.stdout.str(), kept.stderr.str(), refused.stdout.str(), refused.stderr.str(),
+                 *(path.read_text(errors="replace") for path in written if path.suffix in {".xml", ".json", ".md"})]:
+        assert postgres.password not in text
+    assert any(path.name == "junit.xml" for path in written) and any(path.name == "result.json" for path in written)

@@ -63,10 +63,11 @@ def url_of(text: str) -> URL:
     if "://" not in text:
         return URL.create("sqlite", database=str(Path(text).expanduser().resolve()))
     try:
-        return make_url(text)
+        url = make_url(text)
     except sa.exc.ArgumentError as exc:
         raise DatabaseError(f"--perf-history {mask(text)}: not a database URL ({exc}); give a path for SQLite or "
                             "postgresql://USER@HOST/DB") from None
+    return url.set(drivername="postgresql+psycopg") if url.drivername == "postgresql" else url
 
 
 def mask(url: str | URL) -> str:
