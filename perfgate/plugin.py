@@ -143,14 +143,15 @@ class SessionState:
                                         "--perf-slow runs them, --perf-steps N shortens them")
         sinks: list[terminal.ResultSink] = [terminal.TerminalSummary(
             terminalreporter.section, terminalreporter.write_line, os.environ.get(CREATE_BASELINES_ENV))]
+        if self.settings.history_url and not self.worker:
+            # Before the files: it sets each result's standing in its history, which they then carry.
+            sinks.append(HistoryRecorder(self.settings.history_url, self.root,
+                                         lambda text, warning: terminalreporter.write_line(text, yellow=warning),
+                                         self.environment))
         if self.settings.json_path and not self.worker:
             sinks.append(BenchmarkJson(self.settings.json_path, self._hardware_info()))
         if self.settings.results_path and not self.worker:
             sinks.append(ResultsFile(self.settings.results_path))
-        if self.settings.history_url and not self.worker:
-            sinks.append(HistoryRecorder(self.settings.history_url, self.root,
-                                         lambda text, warning: terminalreporter.write_line(text, yellow=warning),
-                                         self.environment))
         if self.settings.report_dir and not self.worker:
             sinks.append(ReportDirectory(self.settings.report_dir, os.environ.get("GITHUB_STEP_SUMMARY"),
                                          os.environ.get(CREATE_BASELINES_ENV)))

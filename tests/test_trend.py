@@ -3,6 +3,7 @@ refusals and its concurrent writers, and six real sessions whose last three are 
 
 import json
 import multiprocessing
+import re
 import sqlite3
 import subprocess
 import sys
@@ -167,14 +168,20 @@ def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_f
         git(repo.path, "commit", "-q", "--allow-empty", "-m", f"session {session + 1}")
         commits.append(git(repo.path, "rev-parse", "HEAD"))
         planted = ["--perf-inject-slowdown", "0.25"] if session >= 3 else []
-        ran = repo.runpytest_subprocess(*ARGS, "--perf-history=results/history.db", *planted, timeout=300)
+        ran = repo.runpytest_subprocess(*ARGS, "--perf-history=results/history.db", "--perf-report=report", *planted,
+                                        timeout=300)
         ran.stdout.fnmatch_lines([f"perfgate: kept 1 result(s) in {history}"])
+    ran.stdout.fnmatch_lines(["case * metric * results kept * newest segment * since the change point",
+                              f"sleeper-sleep-cpu * fastest_step_samples_per_second * 6 * 3 result(s), mean 39.* "
+                              f"samples/s * {commits[3][:10]}: -*%*"])
+    assert "Where each result stands in its history" in (repo.path / "report" / "summary.md").read_text()
     trend = subprocess.run([sys.executable, "-m", "perfgate.cli", "trend", "--history", str(history),
                             "--fail-on-regression", "--png", str(repo.path / "trend.png")],
                            cwd=repo.path, capture_output=True, text=True, timeout=120)
     assert trend.returncode == 1, trend.stdout + trend.stderr
-    assert (f"sleeper-sleep-cpu @ hw: fastest_step_samples_per_second regressed -20." in trend.stdout
-            and f"since commit {commits[3]}, result #4 of 6" in trend.stdout), trend.stdout
+    found = re.search(r"sleeper-sleep-cpu @ hw: fastest_step_samples_per_second regressed (-[\d.]+)% .* since commit "
+                      r"(\w+), result #4 of 6", trend.stdout)
+    assert found and -22 < float(found[1]) < -18 and found[2] == commits[3], trend.stdout
     assert (repo.path / "trend.png").stat().st_size > 0
     without = subprocess.run([sys.executable, "-m", "perfgate.cli", "trend", "--history", str(history)],
                              cwd=repo.path, capture_output=True, text=True, timeout=120)

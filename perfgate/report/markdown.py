@@ -62,6 +62,7 @@ def summary(results: Sequence[dict[str, Any]], settings: Settings,
         ("GPUs during the measured windows (NVML)", terminal.gpu_rows(results, settings.min_gpu_util), terminal.GPU_HEADER),
         ("Scaling over DDP size", terminal.scaling_rows(results), terminal.SCALING_HEADER),
         ("This machine against the ones we know", terminal.known_rows(results), terminal.KNOWN_HEADER),
+        ("Where each result stands in its history", terminal.history_rows(results), terminal.HISTORY_HEADER),
     ]
     for heading, rows, header in sections:
         if rows:

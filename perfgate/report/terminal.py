@@ -192,6 +192,22 @@ def scaling_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
 
 
 KNOWN_HEADER = ("case", "against", "metric", "this machine", "theirs", "basis", "ratio")
+HISTORY_HEADER = ("case", "metric", "results kept", "newest segment", "since the change point")
+
+
+def history_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Where each case's newest result stands in its results history (``result["history"]``, --perf-history)."""
+    rows = []
+    for result in results:
+        for standing in result.get("history") or ():
+            since = "no change point"
+            if standing["since_commit"] is not None:
+                since = (f"{standing['since_commit'][:10]}: {standing['change']:+.1%} (p {standing['pvalue']:.1e}, "
+                         f"{standing['since']})")
+            rows.append([result["case"], standing["metric"], str(standing["results"]),
+                         f"{standing['segment_results']} result(s), mean {standing['segment_mean']:,.4g} "
+                         f"{standing['unit']}".rstrip(), since])
+    return rows
 KNOWN_HEADING = ("this machine against the ones we know (ratio > 1: this machine is faster; it informs, the verdicts "
                  "use this hardware class's own baselines):")
 

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
 SCHEMA_VERSION = 1
+SCHEMA_LOCK = 0x70657266  # "perf": the PostgreSQL advisory lock held while the schema is read or made
 METADATA = sa.MetaData()
 SCHEMA = sa.Table("perfgate_schema", METADATA, sa.Column("version", sa.Integer, primary_key=True))
 RESULTS = sa.Table(
@@ -137,9 +138,14 @@ class ResultsDatabase:
         engine = sa.create_engine(self.url, connect_args={"timeout": 60})
 
         @sa.event.listens_for(engine, "connect")
-        def write_ahead(connection: Any, _: Any) -> None:
+        def own_transactions(connection: Any, _: Any) -> None:
+            connection.isolation_level = None  # pysqlite's own BEGIN would leave DDL outside the transaction
             connection.execute("PRAGMA foreign_keys=ON")
             connection.execute("PRAGMA journal_mode=WAL")
+
+        @sa.event.listens_for(engine, "begin")
+        def one_writer_at_a_time(connection: Any) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
 
@@ -151,25 +157,22 @@ class ResultsDatabase:
         return f"results database {self.shown}: {reason}"
 
     def _ensure_schema(self, create: bool, missing: DatabaseError) -> None:
-        tables = set(sa.inspect(self.engine).get_table_names())
-        if SCHEMA.name not in tables:
-            if not tables and not create:
-                raise missing
-            if tables:
-                raise DatabaseError(f"results database {self.shown} holds other tables ({', '.join(sorted(tables)[:5])}"
-                                    "), not perfgate's: give perfgate a database of its own (createdb perfgate, or a "
-                                    "new SQLite file)")
-            try:
-                METADATA.create_all(self.engine)
-            except sa.exc.SQLAlchemyError:
-                if SCHEMA.name not in sa.inspect(self.engine).get_table_names():
-                    raise  # not a race with another session creating the schema: a real failure
-            try:
-                with self.engine.begin() as connection:
-                    connection.execute(SCHEMA.insert().values(version=SCHEMA_VERSION))
-            except sa.exc.IntegrityError:
-                pass  # another session created the schema at the same moment
-        with self.engine.connect() as connection:
+        """Reads the schema version, creating the schema first where the database is empty: in one transaction that
+        holds the database (SQLite's write lock, PostgreSQL's advisory lock), so that two sessions starting on a
+        new database at once neither create it twice nor see it half made."""
+        with self.engine.begin() as connection:
+            if self.engine.dialect.name == "postgresql":
+                connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
+            tables = set(sa.inspect(connection).get_table_names())
+            if SCHEMA.name not in tables:
+                if not tables and not create:
+                    raise missing
+                if tables:
+                    raise DatabaseError(f"results database {self.shown} holds other tables "
+                                        f"({', '.join(sorted(tables)[:5])}), not perfgate's: give perfgate a database "
+                                        "of its own (createdb perfgate, or a new SQLite file)")
+                METADATA.create_all(connection)
+                connection.execute(SCHEMA.insert().values(version=SCHEMA_VERSION))
             version = connection.execute(sa.select(sa.func.max(SCHEMA.c.version))).scalar()
         if version != SCHEMA_VERSION:
             raise DatabaseError(f"results database {self.shown} has schema version {version}; this perfgate "

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from perfgate.launch import environment
 from perfgate.launch.hardware import git_commit
+from perfgate.report.terminal import HISTORY_HEADER, history_rows, table
+from perfgate.trend.analysis import Series, series
 from perfgate.trend.database import Context, DatabaseError, ResultsDatabase
 
 if TYPE_CHECKING:
@@ -34,8 +36,20 @@ def branch(root: Path) -> str | None:
     return name if done.returncode == 0 and name != "HEAD" else None
 
 
+def standing(one: Series) -> dict[str, Any]:
+    """Where the newest result of a series stands: its segment, and the change point that began it."""
+    start, end, mean = one.segments()[-1]
+    change = one.changes[-1] if one.changes else None
+    first = one.points[start]
+    return {"metric": one.metric, "unit": one.unit, "results": len(one.points), "segment_results": end - start,
+            "segment_mean": mean, "since_commit": (first.commit or "?") if change else None,
+            "since": f"{first.recorded_at:%Y-%m-%d %H:%M}", "change": change.change if change else None,
+            "pvalue": change.pvalue if change else None}
+
+
 class HistoryRecorder:
-    """A ResultSink: every result of the session into ``url``; ``say(text, warning)`` reports what happened."""
+    """A ResultSink: every result of the session into ``url``, then each one's standing in its history set as
+    ``result["history"]`` for the sinks after it; ``say(text, warning)`` reports what happened."""
 
     def __init__(self, url: str, root: Path, say: Callable[[str, bool], None],
                  session_environment: dict[str, Any] | None) -> None:
@@ -56,9 +70,14 @@ class HistoryRecorder:
             database = ResultsDatabase(self.url)
             try:
                 written = database.record(results, context)
+                for result in results:
+                    points = [p for p in database.points([result["case"]], result["hardware_class"]) if p.gated]
+                    result["history"] = [standing(one) for one in series(points)]
             finally:
                 database.close()
         except DatabaseError as exc:
             self.say(f"perfgate: WARNING: the results were not kept: {exc}. The verdicts above stand.", True)
             return
         self.say(f"perfgate: kept {written} result(s) in {database.shown}", False)
+        for line in table(history_rows(results), HISTORY_HEADER):
+            self.say(line, False)
