@@ -5,9 +5,8 @@ import json
 import sys
 
 import pytest
-from test_ab import ARGS, SLEEPER, SUITE, result_of
-
 from multinode import OTHER, needs_other
+from test_ab import ARGS, SLEEPER, SUITE, result_of
 
 from conftest import REPO
 

@@ -16,7 +16,6 @@ from multinode import TOY_DDP
 from test_ab import SLEEPER, SUITE, git, worktrees
 
 from conftest import leftover_processes
-
 from perfgate.bisect.commits import BisectUsageError, Commit
 from perfgate.bisect.driver import Bisect
 from perfgate.bisect.search import BAD, GOOD, SKIP, UNKNOWN, Measured, Search, Step, classify

@@ -9,7 +9,6 @@ import pytest
 import ssh_server
 from multinode import (OTHER, WORKLOAD_CASES, check_reference_side_under_other, interrupt_mid_run,
                        launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
-
 from test_bisect import check_bisect_across_two_nodes
 
 from conftest import leftover_processes
