@@ -1,6 +1,7 @@
 """The results database (--perf-history) and `perfgate trend`: change points on synthetic series, the database's
 refusals and its concurrent writers, and six real sessions whose last three are planted 20 % slower."""
 
+import datetime
 import json
 import multiprocessing
 import re
@@ -77,6 +78,9 @@ def test_results_are_kept_with_every_measured_number_and_read_back_oldest_first(
                                                                        ("c-cpu", 90.0, "abc", True)]
     assert {p.metric: p.gated for p in database.points(["c-cpu"])} == {"fastest_step_samples_per_second": True,
                                                                        "cpu_seconds_per_sample": False}
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert len(database.points(since=now - datetime.timedelta(hours=1))) == 6
+    assert database.points(since=now + datetime.timedelta(hours=1)) == []
 
 
 def test_a_foreign_or_corrupt_database_is_refused_and_left_as_it_was(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from perfgate.judge import baselines
+from perfgate.report import plots
 
 
 class HistoryError(Exception):
@@ -100,16 +101,13 @@ def figure(found: Sequence[Point]) -> Any:
     """One axis per metric, one line per case and hardware class, values against commit date."""
     from datetime import datetime
 
-    from matplotlib.figure import Figure
-
     metrics = sorted({p.metric for p in found})
-    fig = Figure(figsize=(9.0, 3.6 * len(metrics)), layout="constrained")
-    axes = fig.subplots(len(metrics), 1, squeeze=False)
-    for ax, metric in zip(axes[:, 0], metrics):
+    fig, axes = plots.panels(len(metrics), 3.6)
+    for ax, metric in zip(axes, metrics):
         for case, hardware_class, _ in sorted({p.series for p in found if p.metric == metric}):
             mine = [p for p in found if p.series == (case, hardware_class, metric)]
             ax.plot([datetime.fromisoformat(p.date) for p in mine], [p.value for p in mine], marker="o",
-                    label=f"{case} @ {hardware_class}")
+                    label=plots.series_label(case, hardware_class))
         values = [p.value for p in found if p.metric == metric]
         if max(values) > 20 * min(values):
             ax.set_yscale("log")

@@ -27,6 +27,17 @@ def _figure(rows: int = 1, columns: int = 1, height: float = HEIGHT) -> tuple[Fi
     return figure, figure.subplots(rows, columns, squeeze=False)
 
 
+def panels(count: int, height_each: float = 3.2) -> tuple[Figure, list[Any]]:
+    """A figure of ``count`` panels stacked, one per series or metric (``perfgate history`` and ``trend``)."""
+    figure, axes = _figure(count, 1, height=height_each * count)
+    return figure, list(axes[:, 0])
+
+
+def series_label(case: str, hardware_class: str, metric: str | None = None) -> str:
+    """How a series is named wherever it is shown: ``case @ hardware class`` (``: metric``)."""
+    return f"{case} @ {hardware_class}" + (f": {metric}" if metric else "")
+
+
 def _reference_name(result: dict[str, Any]) -> str:
     return result["reference"]["revision"] if result.get("reference") else "baseline"
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from perfgate.measure.metrics import METRICS
+from perfgate.report.plots import panels, series_label
 from perfgate.trend.changepoints import ChangePoint, change_points, segments
 from perfgate.trend.database import Point
 
@@ -21,7 +22,7 @@ class Series:
 
     @property
     def name(self) -> str:
-        return f"{self.case} @ {self.hardware_class}: {self.metric}"
+        return series_label(self.case, self.hardware_class, self.metric)
 
     @property
     def values(self) -> list[float]:
@@ -80,11 +81,8 @@ CHANGE_HEADER = ("case", "hardware class", "metric", "result", "date", "commit",
 def figure(found: Sequence[Series]) -> Any:
     """One axis per series: its results in order, each segment's mean, and a dashed line at each change point
     labelled with the commit of its first result."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9.0, 3.0 * len(found)), layout="constrained")
-    axes = fig.subplots(len(found), 1, squeeze=False)
-    for ax, one in zip(axes[:, 0], found):
+    fig, axes = panels(len(found))
+    for ax, one in zip(axes, found):
         ax.plot(range(1, len(one.points) + 1), one.values, marker="o", linestyle="-", linewidth=0.8,
                 label="results")
         for start, end, mean in one.segments():
