@@ -41,8 +41,6 @@ from perfgate.records.sources import LogLines
 from perfgate.records.steps import RunRecords
 from perfgate.report import history
 from perfgate.report.terminal import table
-from perfgate.trend import command as trend
-from perfgate.trend.database import DatabaseError
 
 LOG_FORMATS = ("open_clip", "lines")
 
@@ -129,13 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     past.add_argument("cases", nargs="*", metavar="CASE", help="case ids or globs, e.g. 'resnet50-*-gpu' (default: all)")
     past.add_argument("--baseline-dir", type=Path, default=Path("baselines"), help="default: ./baselines")
     past.add_argument("--png", type=Path, help="also draw the values against commit date into this PNG")
-    trend.add_arguments(commands.add_parser(
-        "trend",
-        help="change points in the results database's history (--perf-history)",
-        description="Find the change points of each case's results (case x hardware class x metric) in the results "
-        "database with Apache Otava's E-divisive method, print each one (commit, date, mean before -> after, change, "
-        "p-value), draw the series, and with --fail-on-regression exit 1 when a series' newest segment is a "
-        "regression."))
+    commands.add_parser("trend", add_help=False, help="change points in the results kept by --perf-history; "
+                        "perfgate trend --help")
     commands.add_parser("bisect", add_help=False, help="find the commit that made a case slower (A/B verdicts); "
                         "perfgate bisect --help")
     return parser
@@ -145,18 +138,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bisect"]:
         return bisect_driver.main(argv[1:])
+    if argv[:1] == ["trend"]:
+        try:
+            from perfgate.trend import command  # its libraries are an extra, perfgate[trend]
+        except ImportError as exc:
+            print(f"perfgate: error: perfgate trend needs {exc.name}: pip install 'perfgate[trend]', then pip install "
+                  "--no-deps apache-otava==0.8.0 (requirements-nodeps.txt)", file=sys.stderr)
+            return 2
+        return command.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "history":
             return show_history(args.cases, args.baseline_dir, args.png)
-        if args.command == "trend":
-            return trend.run(args)
         if args.format == "lines":
             return import_lines(args.path, args.pattern, args.samples_per_step, args.warmup, args.json)
         return import_log(args.format, args.path, args.json)
     except FileNotFoundError:
         print(f"perfgate: error: {args.path}: no such file", file=sys.stderr)
-    except (openclip_log.LogError, history.HistoryError, DatabaseError) as exc:
+    except (openclip_log.LogError, history.HistoryError) as exc:
         print(f"perfgate: error: {exc}", file=sys.stderr)
     return 2
 

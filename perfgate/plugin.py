@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import os
 import shlex
 import shutil
@@ -40,8 +41,6 @@ from perfgate.report import terminal
 from perfgate.report.benchmark_json import BenchmarkJson
 from perfgate.report.directory import ReportDirectory
 from perfgate.report.results_file import ResultsFile
-from perfgate.trend.database import DatabaseError, url_of
-from perfgate.trend.recorder import HistoryRecorder
 
 MARKERS = {
     "gpu": "GPU flavour of a case: nccl, one rank per GPU; skipped where no CUDA GPU is visible",
@@ -144,6 +143,8 @@ class SessionState:
         sinks: list[terminal.ResultSink] = [terminal.TerminalSummary(
             terminalreporter.section, terminalreporter.write_line, os.environ.get(CREATE_BASELINES_ENV))]
         if self.settings.history_url and not self.worker:
+            from perfgate.trend.recorder import HistoryRecorder
+
             # Before the files: it sets each result's standing in its history, which they then carry.
             sinks.append(HistoryRecorder(self.settings.history_url, self.root,
                                          lambda text, warning: terminalreporter.write_line(text, yellow=warning),
@@ -189,16 +190,27 @@ def pytest_configure(config: pytest.Config) -> None:
         except revision.RevisionError as exc:
             raise pytest.UsageError(f"perfgate: {exc}") from None
     if state.settings.history_url:
-        try:
-            url_of(state.settings.history_url)
-        except DatabaseError as exc:
-            raise pytest.UsageError(f"perfgate: {exc}") from None
+        _check_history_url(state.settings.history_url)
     if state.settings.against_python:
         _refuse_a_rootdir_taken_from(config, Path(state.settings.against_python))
         state.compare_environments()
     config.stash[STATE] = state
     config.pluginmanager.register(state, "perfgate-session")
     _stop_cleanly_on_sigterm()
+
+
+def _check_history_url(url: str) -> None:
+    """--perf-history's libraries are an extra (perfgate[trend]): imported only when it is given."""
+    try:
+        importlib.import_module("perfgate.trend.recorder")  # what the summary will need
+        from perfgate.trend.database import DatabaseError, url_of
+    except ImportError as exc:
+        raise pytest.UsageError(f"perfgate: --perf-history needs {exc.name}: pip install 'perfgate[trend]', then "
+                                "pip install --no-deps apache-otava==0.8.0 (requirements-nodeps.txt)") from None
+    try:
+        url_of(url)
+    except DatabaseError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
 
 
 def _refuse_a_rootdir_taken_from(config: pytest.Config, path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 from pathlib import Path
 
 from perfgate.report.terminal import table
@@ -15,7 +16,13 @@ from perfgate.trend.database import DatabaseError, ResultsDatabase
 DEFAULT_HISTORY = "results/history.db"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfgate trend",
+        description="Find the change points of each case's results (case x hardware class x metric) in the results "
+        "database with Apache Otava's E-divisive method, print each one (commit, date, mean before -> after, change, "
+        "p-value), draw the series, and with --fail-on-regression exit 1 when a series' newest segment is a "
+        "regression.")
     parser.add_argument("cases", nargs="*", metavar="CASE", help="case ids or globs (default: every case)")
     parser.add_argument("--history", default=DEFAULT_HISTORY, metavar="URL",
                         help=f"the results database: a SQLite path or postgresql://USER@HOST/DB (default: "
@@ -33,6 +40,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"smallest change of the mean that counts, as a fraction (default {changepoints.MIN_CHANGE})")
     parser.add_argument("--min-segment", type=int, default=changepoints.MIN_SEGMENT,
                         help=f"results needed on each side of a change point (default {changepoints.MIN_SEGMENT})")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Exit 0, 1 (--fail-on-regression found one) or 2 (no usable database)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except DatabaseError as exc:
+        print(f"perfgate: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def run(args: argparse.Namespace) -> int:
