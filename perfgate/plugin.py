@@ -266,7 +266,8 @@ class PerfGate:
                                   "is nothing to compare it against")
         result: dict[str, Any] = {
             "case": run.key, "test": self.request.node.nodeid, "hardware_class": planned.hardware_class,
-            "world_size": planned.world_size, "family": run.case.family, "workdir": str(self.workdir),
+            "world_size": planned.world_size, "family": run.case.family, "workload_version": run.case.version,
+            "workdir": str(self.workdir),
             "baseline_file": str(planned.baseline_file), "injected_slowdown": settings.inject_slowdown,
             "verdict": "error", "metrics": [],
         }

@@ -40,9 +40,18 @@ class PostgresServer:
         self.port = free_port()
         self.password = "pw-" + secrets.token_hex(8)
 
-    def url(self, password: bool = True) -> str:
+    def url(self, password: bool = True, database: str = "perfgate") -> str:
         secret = f":{self.password}" if password else ""
-        return f"postgresql://perfgate{secret}@127.0.0.1:{self.port}/perfgate"
+        return f"postgresql://perfgate{secret}@127.0.0.1:{self.port}/{database}"
+
+    def new_database(self, name: str) -> str:
+        """The URL of a new, empty database ``name`` owned by the perfgate role."""
+        self._psql(f"CREATE DATABASE {name} OWNER perfgate")
+        return self.url(database=name)
+
+    def _psql(self, sql: str) -> None:
+        self._run(_binary("psql"), "-h", str(self.root), "-p", str(self.port), "-U", "postgres", "-v",
+                  "ON_ERROR_STOP=1", "-c", sql)
 
     def _run(self, *command: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -57,9 +66,8 @@ class PostgresServer:
                   "--auth-host=scram-sha-256")
         self._run(_binary("pg_ctl"), "-D", str(data), "-l", str(self.root / "server.log"), "-w", "-t", "60", "-o",
                   f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1", "start")
-        for sql in (f"CREATE ROLE perfgate LOGIN PASSWORD '{self.password}'", "CREATE DATABASE perfgate OWNER perfgate"):
-            self._run(_binary("psql"), "-h", str(self.root), "-p", str(self.port), "-U", "postgres", "-v",
-                      "ON_ERROR_STOP=1", "-c", sql)
+        self._psql(f"CREATE ROLE perfgate LOGIN PASSWORD '{self.password}'")
+        self.new_database("perfgate")
         return self
 
     def stop(self) -> None:

@@ -8,16 +8,20 @@ import re
 import sqlite3
 import subprocess
 import sys
+import uuid
 
 import numpy as np
 import postgres_server
 import pytest
+import sqlalchemy as sa
 from test_ab import SLEEPER, SUITE, git
 
 pytest.importorskip("otava.analysis", reason="perfgate[trend] is not installed here (.venv-floor has none; "
                     "tests/test_trend_extra.py checks what that says)")
+from perfgate.trend.analysis import series  # noqa: E402
 from perfgate.trend.changepoints import change_points  # noqa: E402
-from perfgate.trend.database import Context, DatabaseError, ResultsDatabase, mask  # noqa: E402
+from perfgate.trend.command import main as trend  # noqa: E402
+from perfgate.trend.database import SCHEMA_VERSION, Context, DatabaseError, ResultsDatabase, mask, url_of  # noqa: E402
 
 SEEDS = range(20)
 
@@ -61,8 +65,9 @@ def test_a_single_spike_is_not_a_change_point():
     assert change_points(list(values)) == []
 
 
-def result(case="c-cpu", value=100.0, verdict="pass"):
+def result(case="c-cpu", value=100.0, verdict="pass", workload_version="1"):
     return {"case": case, "hardware_class": "hw", "verdict": verdict, "world_size": 2,
+            "workload_version": workload_version,
             "measured": {"fastest_step_samples_per_second": value, "cpu_seconds_per_sample": 0.01, "mfu": None},
             "metrics": [{"metric": "fastest_step_samples_per_second", "verdict": verdict, "baseline": 99.0,
                          "change": value / 99 - 1}]}
@@ -114,9 +119,87 @@ def test_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "history.db"
     ResultsDatabase(str(path)).close()
     with sqlite3.connect(path) as connection:
-        connection.execute("INSERT INTO perfgate_schema VALUES (2)")
-    with pytest.raises(DatabaseError, match="schema version 2; this perfgate reads version 1"):
+        connection.execute(f"INSERT INTO perfgate_schema VALUES ({SCHEMA_VERSION + 1})")
+    before = path.read_bytes()
+    with pytest.raises(DatabaseError, match=f"schema version {SCHEMA_VERSION + 1}; this perfgate reads versions up "
+                                            f"to {SCHEMA_VERSION}: use the perfgate that wrote it"):
         ResultsDatabase(str(path))
+    assert path.read_bytes() == before
+
+
+def schema_1(url):
+    """A results database as schema version 1 made it (the first release of --perf-history), holding one result."""
+    metadata = sa.MetaData()
+    versions = sa.Table("perfgate_schema", metadata, sa.Column("version", sa.Integer, primary_key=True))
+    results = sa.Table(
+        "perfgate_results", metadata, sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, index=True),
+        sa.Column("session", sa.String(64), nullable=False),
+        sa.Column("case_id", sa.String(200), nullable=False, index=True),
+        sa.Column("hardware_class", sa.String(200), nullable=False), sa.Column("verdict", sa.String(40), nullable=False),
+        sa.Column("git_commit", sa.String(80)), sa.Column("branch", sa.String(200)), sa.Column("launcher", sa.String(40)),
+        sa.Column("nodes", sa.Integer), sa.Column("world_size", sa.Integer), sa.Column("environment", sa.JSON),
+        sa.Column("record", sa.JSON, nullable=False))
+    metrics = sa.Table(
+        "perfgate_metrics", metadata,
+        sa.Column("result_id", sa.Integer, sa.ForeignKey("perfgate_results.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("metric", sa.String(100), primary_key=True), sa.Column("value", sa.Float, nullable=False),
+        sa.Column("gated", sa.Boolean, nullable=False), sa.Column("verdict", sa.String(40)),
+        sa.Column("baseline", sa.Float), sa.Column("change", sa.Float))
+    engine = sa.create_engine(url_of(url))
+    with engine.begin() as connection:
+        metadata.create_all(connection)
+        connection.execute(versions.insert().values(version=1))
+        kept = connection.execute(results.insert().values(
+            recorded_at=datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc), session="old",
+            case_id="old-cpu", hardware_class="hw", verdict="pass", git_commit="0ld", record={"case": "old-cpu"}))
+        connection.execute(metrics.insert().values(result_id=kept.inserted_primary_key[0],
+                                                   metric="fastest_step_samples_per_second", value=42.0, gated=True))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def new_database(request, tmp_path):
+    """The URL of a new, empty database on SQLite and on the test's PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "history.db")
+    return request.getfixturevalue("postgres").new_database(f"fresh_{uuid.uuid4().hex[:12]}")
+
+
+def test_an_older_schema_is_migrated_once_by_sessions_opening_it_at_once_and_keeps_its_results(new_database):
+    schema_1(new_database)
+    concurrent_writers(new_database)
+    engine = sa.create_engine(url_of(new_database))
+    with engine.connect() as connection:
+        assert connection.execute(sa.text("SELECT version FROM perfgate_schema ORDER BY version")).scalars().all() \
+            == list(range(1, SCHEMA_VERSION + 1))
+        written = connection.execute(sa.text("SELECT case_id, workload_version FROM perfgate_results")).all()
+    engine.dispose()
+    assert ("old-cpu", None) in written and {version for case, version in written if case != "old-cpu"} == {"1"}
+    database = ResultsDatabase(new_database, create=False)
+    assert [(p.case, p.value, p.commit, p.workload_version) for p in database.points(["old-cpu"])] == [
+        ("old-cpu", 42.0, "0ld", None)]
+    database.close()
+
+
+def test_trend_compares_only_results_of_the_newest_workload_version(tmp_path, capsys):
+    """Version 2 of a workload does twice the work per step, so it runs half as fast: no regression of the code.
+    A result of unknown version (kept before results had one) stays in the series."""
+    path = tmp_path / "history.db"
+    database = ResultsDatabase(str(path))
+    database.record([result(value=100.0, workload_version=None)], CONTEXT)
+    for value in noisy(8, 0):
+        database.record([result(value=float(value), workload_version="1")], CONTEXT)
+    for value in noisy(8, 1) / 2:
+        database.record([result(value=float(value), workload_version="2")], CONTEXT)
+    points = [point for point in database.points() if point.gated]
+    database.close()
+    (one,) = series(points)
+    assert [p.workload_version for p in one.points] == [None] + ["2"] * 8
+    assert trend(["--history", str(path), "--fail-on-regression"]) == 0
+    shown = capsys.readouterr().out
+    assert "8 result(s) of earlier workload versions left out: they measured other work" in shown
+    assert "no change point in any series" in shown
 
 
 def test_a_password_is_never_shown():
@@ -196,12 +279,13 @@ def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_f
                              cwd=repo.path, capture_output=True, text=True, timeout=120)
     assert without.returncode == 0 and "regressed" in without.stdout
     with sqlite3.connect(history) as connection:
-        rows = connection.execute("SELECT git_commit, launcher, nodes, environment, verdict, record "
+        rows = connection.execute("SELECT git_commit, launcher, nodes, environment, verdict, record, workload_version "
                                   "FROM perfgate_results ORDER BY id").fetchall()
     assert [row[0] for row in rows] == commits
     assert {(row[1], row[2]) for row in rows} == {("local", 1)}
     assert all(json.loads(row[3])["torch"] and json.loads(row[5])["case"] == "sleeper-sleep-cpu" for row in rows)
     assert [row[4] for row in rows[:3]] == ["pass"] * 3
+    assert {row[6] for row in rows} == {"1"}, "the Case's workload version"
 
 
 @pytest.fixture(scope="module")

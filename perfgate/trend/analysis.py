@@ -53,12 +53,22 @@ class Series:
 
 
 def series(points: Sequence[Point], **options: Any) -> list[Series]:
-    """Every series in ``points`` (oldest first), with its change points (``options``: change_points's)."""
+    """Every series in ``points`` (oldest first), with its change points (``options``: change_points's). A series
+    holds the results of its newest workload version only, as the gate compares a case only with a baseline of its
+    version: a workload that measures other work makes a step that is no regression."""
     grouped: dict[tuple[str, str, str], list[Point]] = {}
     for point in points:
         grouped.setdefault(point.series, []).append(point)
-    return [Series(*key, tuple(found), tuple(change_points([p.value for p in found], **options)))
-            for key, found in sorted(grouped.items())]
+    found = {key: same_work(kept) for key, kept in grouped.items()}
+    return [Series(*key, tuple(kept), tuple(change_points([p.value for p in kept], **options)))
+            for key, kept in sorted(found.items())]
+
+
+def same_work(points: Sequence[Point]) -> list[Point]:
+    """The points of the newest workload version, and those whose version is unknown (kept before it was)."""
+    versions = [point.workload_version for point in points if point.workload_version is not None]
+    newest = versions[-1] if versions else None
+    return [point for point in points if point.workload_version in (None, newest)]
 
 
 def change_rows(found: Sequence[Series]) -> list[list[str]]:

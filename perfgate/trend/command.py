@@ -68,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
                             f"{database.shown}: run the suite with --perf-history {database.shown} first")
     found = series(points, max_pvalue=args.max_pvalue, min_change=args.min_change, min_segment=args.min_segment)
     print(f"perfgate trend: {len(found)} series, {len({p.result_id for p in points})} result(s) in {database.shown}")
+    older = len({p.result_id for p in points}) - len({p.result_id for one in found for p in one.points})
+    if older:
+        print(f"perfgate trend: {older} result(s) of earlier workload versions left out: they measured other work")
     rows = change_rows(found)
     print("\n".join(table(rows, CHANGE_HEADER)) if rows else "no change point in any series")
     if args.png:

@@ -7,7 +7,9 @@ branch, hardware class, environment, launcher, nodes, time, the whole record as 
 (every measured metric of that result, both clocks, with the gate's verdict on the gated ones).
 
 A database that holds other tables and no ``perfgate_schema`` is someone else's, and a newer schema version
-is a newer perfgate's: both are refused before anything is written. Each result is written in its own
+is a newer perfgate's: both are refused before anything is written. An older schema is migrated where it is
+opened, one version at a time (``UPGRADES``, written with Alembic's operations, which speak each dialect's DDL),
+inside the transaction that holds the database, so that two sessions opening it at once migrate it once. Each result is written in its own
 transaction, so parallel sessions and xdist workers interleave without losing one; SQLite waits up to a minute
 for another writer's lock.
 """
@@ -21,9 +23,11 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import sqlalchemy as sa
+from alembic.operations import Operations
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import URL, Engine, make_url
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_LOCK = 0x70657266  # "perf": the PostgreSQL advisory lock held while the schema is read or made
 METADATA = sa.MetaData()
 SCHEMA = sa.Table("perfgate_schema", METADATA, sa.Column("version", sa.Integer, primary_key=True))
@@ -42,6 +46,7 @@ RESULTS = sa.Table(
     sa.Column("world_size", sa.Integer),
     sa.Column("environment", sa.JSON),
     sa.Column("record", sa.JSON, nullable=False),
+    sa.Column("workload_version", sa.String(40)),
 )
 METRICS = sa.Table(
     "perfgate_metrics", METADATA,
@@ -53,6 +58,16 @@ METRICS = sa.Table(
     sa.Column("baseline", sa.Float),
     sa.Column("change", sa.Float),
 )
+
+
+def _upgrade_1_to_2(operations: Operations) -> None:
+    """Results keep the version of the workload they measured, so that ``perfgate trend`` compares like with like
+    (the gate refuses a baseline of another version). Results kept before it have none: unknown, and kept."""
+    operations.add_column(RESULTS.name, sa.Column("workload_version", sa.String(40)))
+
+
+UPGRADES = {1: _upgrade_1_to_2}
+"""Each older schema version's step to the next."""
 
 
 class DatabaseError(Exception):
@@ -106,6 +121,7 @@ class Point:
     commit: str | None
     verdict: str
     gated: bool
+    workload_version: str | None
 
     @property
     def series(self) -> tuple[str, str, str]:
@@ -174,9 +190,14 @@ class ResultsDatabase:
                 METADATA.create_all(connection)
                 connection.execute(SCHEMA.insert().values(version=SCHEMA_VERSION))
             version = connection.execute(sa.select(sa.func.max(SCHEMA.c.version))).scalar()
-        if version != SCHEMA_VERSION:
-            raise DatabaseError(f"results database {self.shown} has schema version {version}; this perfgate "
-                                f"reads version {SCHEMA_VERSION}: use the perfgate that wrote it, or a new database")
+            if version not in UPGRADES and version != SCHEMA_VERSION:
+                raise DatabaseError(f"results database {self.shown} has schema version {version}; this perfgate "
+                                    f"reads versions up to {SCHEMA_VERSION}: use the perfgate that wrote it (or a "
+                                    "newer one), or a new database")
+            while version != SCHEMA_VERSION:
+                UPGRADES[version](Operations(MigrationContext.configure(connection)))
+                version += 1
+                connection.execute(SCHEMA.insert().values(version=version))
 
     def record(self, results: Sequence[dict[str, Any]], context: Context) -> int:
         """Writes each result (with every number it measured) in its own transaction; returns how many."""
@@ -190,7 +211,7 @@ class ResultsDatabase:
                         git_commit=context.commit, branch=context.branch, launcher=context.launcher,
                         nodes=context.nodes, world_size=result.get("world_size"),
                         environment=result.get("environment") or context.environment,
-                        record=_jsonable(result))).inserted_primary_key[0]
+                        workload_version=result.get("workload_version"), record=_jsonable(result))).inserted_primary_key[0]
                     rows = list(_metric_rows(result_id, result))
                     if rows:
                         connection.execute(METRICS.insert(), rows)
@@ -204,7 +225,7 @@ class ResultsDatabase:
         """Every stored value matching the filters, oldest first (case ids may be globs)."""
         query = (sa.select(RESULTS.c.id, RESULTS.c.recorded_at, RESULTS.c.case_id, RESULTS.c.hardware_class,
                            METRICS.c.metric, METRICS.c.value, RESULTS.c.git_commit, RESULTS.c.verdict,
-                           METRICS.c.gated)
+                           METRICS.c.gated, RESULTS.c.workload_version)
                  .join(METRICS, METRICS.c.result_id == RESULTS.c.id)
                  .order_by(RESULTS.c.recorded_at, RESULTS.c.id))
         if hardware_class:
