@@ -288,6 +288,29 @@ def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_f
     assert {row[6] for row in rows} == {"1"}, "the Case's workload version"
 
 
+def test_two_sessions_at_once_one_of_them_with_xdist_workers_keep_every_result(pytester):
+    """Two CI jobs on one runner, one of them split over xdist workers (whose results its controller keeps), start
+    on a new database together."""
+    pytester.makepyfile(sleeper=SLEEPER.format(step_s=0.02), test_suite=SUITE.format(
+        extra='CASES += [Case("sleeper", name, ("sleeper.py",), cpu=FLAVOUR) for name in ("a", "b", "c")]\n'))
+    history = pytester.path / "results" / "history.db"
+    command = [sys.executable, "-m", "pytest", *ARGS, f"--perf-history={history}"]
+    sessions = [subprocess.Popen(command + extra, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True) for extra in (["-n", "2"], [])]
+    outputs = [session.communicate(timeout=600)[0] for session in sessions]
+    for output in outputs:
+        assert f"perfgate: kept 4 result(s) in {history}" in output, output[-3000:]
+    with sqlite3.connect(history) as connection:
+        kept = connection.execute("SELECT session, case_id FROM perfgate_results").fetchall()
+        metrics = connection.execute("SELECT COUNT(DISTINCT result_id) FROM perfgate_metrics "
+                                     "WHERE metric = 'fastest_step_samples_per_second'").fetchone()[0]
+    cases = {"sleeper-sleep-cpu", "sleeper-a-cpu", "sleeper-b-cpu", "sleeper-c-cpu"}
+    by_session = {}
+    for session, case in kept:
+        by_session.setdefault(session, []).append(case)
+    assert sorted(map(sorted, by_session.values())) == [sorted(cases)] * 2 and metrics == 8
+
+
 @pytest.fixture(scope="module")
 def postgres():
     why_not = postgres_server.missing()
