@@ -8,6 +8,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -21,7 +22,7 @@ pytest.importorskip("otava.analysis", reason="perfgate[trend] is not installed h
 from perfgate.trend.analysis import series  # noqa: E402
 from perfgate.trend.changepoints import change_points  # noqa: E402
 from perfgate.trend.command import main as trend  # noqa: E402
-from perfgate.trend.database import SCHEMA_VERSION, Context, DatabaseError, ResultsDatabase, mask, url_of  # noqa: E402
+from perfgate.trend.database import SCHEMA_LOCK, SCHEMA_VERSION, Context, DatabaseError, ResultsDatabase, mask, url_of  # noqa: E402
 
 SEEDS = range(20)
 
@@ -125,6 +126,24 @@ def test_a_newer_schema_is_refused(tmp_path):
                                             f"to {SCHEMA_VERSION}: use the perfgate that wrote it"):
         ResultsDatabase(str(path))
     assert path.read_bytes() == before
+
+
+def test_a_database_locked_past_the_timeout_is_given_up_saying_so(new_database):
+    """Another session holding the lock (SQLite's write lock, PostgreSQL's schema lock) for longer than the wait:
+    the error the session then warns with, instead of waiting forever."""
+    ResultsDatabase(new_database).close()
+    engine = sa.create_engine(url_of(new_database))
+    with engine.connect() as holder:
+        if engine.dialect.name == "sqlite":
+            holder.exec_driver_sql("BEGIN EXCLUSIVE")
+        else:
+            holder.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK})
+        began = time.monotonic()
+        with pytest.raises(DatabaseError, match="database is locked|lock timeout"):
+            ResultsDatabase(new_database, lock_timeout_s=1.0)
+        assert time.monotonic() - began < 30
+        holder.rollback()
+    engine.dispose()
 
 
 def schema_1(url):

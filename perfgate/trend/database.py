@@ -10,8 +10,8 @@ A database that holds other tables and no ``perfgate_schema`` is someone else's,
 is a newer perfgate's: both are refused before anything is written. An older schema is migrated where it is
 opened, one version at a time (``UPGRADES``, written with Alembic's operations, which speak each dialect's DDL),
 inside the transaction that holds the database, so that two sessions opening it at once migrate it once. Each result is written in its own
-transaction, so parallel sessions and xdist workers interleave without losing one; SQLite waits up to a minute
-for another writer's lock.
+transaction, so parallel sessions and xdist workers interleave without losing one; a writer waits up to a minute
+for another's lock (SQLite's write lock, PostgreSQL's schema lock), then gives up saying so.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from sqlalchemy.engine import URL, Engine, make_url
 
 SCHEMA_VERSION = 2
 SCHEMA_LOCK = 0x70657266  # "perf": the PostgreSQL advisory lock held while the schema is read or made
+LOCK_TIMEOUT_S = 60.0
+"""How long a session waits for another's lock before the results are not kept (a warning, never a hang)."""
 METADATA = sa.MetaData()
 SCHEMA = sa.Table("perfgate_schema", METADATA, sa.Column("version", sa.Integer, primary_key=True))
 RESULTS = sa.Table(
@@ -132,8 +134,9 @@ class ResultsDatabase:
     """A results database opened at ``url``; ``create``: give it perfgate's schema when it has none (a reader
     such as ``perfgate trend`` does not, so a mistyped path is an error, not a new empty file)."""
 
-    def __init__(self, url: str, create: bool = True) -> None:
+    def __init__(self, url: str, create: bool = True, lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:
         self.url = url_of(url)
+        self.lock_timeout_s = lock_timeout_s
         self.shown = self.url.database if self.url.get_backend_name() == "sqlite" and self.url.database else mask(self.url)
         """How the database is named in messages: a SQLite file by its path, any other by its URL, masked."""
         missing = DatabaseError(f"no results database at {self.shown}: run the suite with --perf-history "
@@ -150,8 +153,9 @@ class ResultsDatabase:
 
     def _engine(self) -> Engine:
         if self.url.get_backend_name() != "sqlite":
-            return sa.create_engine(self.url, pool_pre_ping=True)
-        engine = sa.create_engine(self.url, connect_args={"timeout": 60})
+            return sa.create_engine(self.url, pool_pre_ping=True, connect_args={
+                "options": f"-c lock_timeout={int(self.lock_timeout_s * 1000)}"})
+        engine = sa.create_engine(self.url, connect_args={"timeout": self.lock_timeout_s})
 
         @sa.event.listens_for(engine, "connect")
         def own_transactions(connection: Any, _: Any) -> None:
