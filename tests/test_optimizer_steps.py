@@ -14,13 +14,17 @@ OWN_SCRIPT = REPO / "tests" / "own_script"
 INSTRUMENT = [sys.executable, "-m", "perfgate.measure.instrument"]
 
 
-def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=None, program=None, timeout=120):
-    """Runs the wrapper over one process (no torchrun): the script is ``script_text`` or ``program``."""
+def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=None, program=None, timeout=120,
+               ranks=1):
+    """Runs the wrapper over one process, or ``ranks`` gloo ranks under torchrun (the records are rank 0's): the
+    script is ``script_text`` or ``program``."""
     if script_text is not None:
         (tmp_path / "script.py").write_text(textwrap.dedent(script_text))
         program = ["script.py"]
     records = tmp_path / "steps.jsonl"
-    done = subprocess.run([*INSTRUMENT, "--records", str(records), "--steps", str(steps), "--samples-per-step", str(samples), "--cwd", str(cwd or tmp_path), *extra, "--", *program],
+    launch = INSTRUMENT if ranks == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                            "--nproc-per-node", str(ranks), *INSTRUMENT[1:]]
+    done = subprocess.run([*launch, "--records", str(records), "--steps", str(steps), "--samples-per-step", str(samples), "--cwd", str(cwd or tmp_path), *extra, "--", *program],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     lines = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
@@ -61,6 +65,19 @@ def test_accelerates_wrapped_optimizer_steps_once_per_update_under_its_gradient_
     assert done.returncode == 0, done.stderr
     assert [s["step"] for s in steps] == list(range(6)) and end["other_optimizer_steps"] == {}
     assert len([line for line in done.stdout.splitlines() if line.startswith("iter ")]) == 5
+
+
+def test_deepspeed_steps_once_per_accumulation_boundary_and_the_updates_zero_skipped_are_not_timed(tmp_path):
+    """ZeRO stage 1 on 2 gloo ranks: ``engine.step()`` on each of 4 micro-batches steps the torch optimizer once, at
+    the boundary. Iterations 3 and 6 have an infinite loss, whose update ZeRO skips without calling the optimizer,
+    and sleep 0.3 s: neither is a step, nor in any step's time."""
+    pytest.importorskip("deepspeed", reason="deepspeed is in requirements.txt; this environment lacks it")
+    done, steps, end = instrument(tmp_path, program=[str(OWN_SCRIPT / "deepspeed_train.py"), "--accum=4",
+                                                     "--overflow-at=3,6"], samples=64, steps=8, ranks=2, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(steps) == 8 and end["steps_run"] == 8 and end["skipped_updates"] == 2, end
+    assert {s["samples"] for s in steps} == {128} and end["other_optimizer_steps"] == {}
+    assert max(s["step_s"] for s in steps[1:]) < 0.25, [round(s["step_s"], 3) for s in steps]
 
 
 def test_argv_is_exactly_the_entry(tmp_path):

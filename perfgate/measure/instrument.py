@@ -18,6 +18,10 @@ What counts as a step, and the traps in how torch, Lightning and accelerate impl
 - An update the GradScaler skipped (inf/NaN gradients under fp16) is not a step: non-fused optimizers are then not
   called at all, which the scaler's ``update`` reveals; fused ones are called with ``found_inf`` set, which is read
   when the step resolves (no synchronize). The skipped interval is left out of the timing and counted.
+- DeepSpeed's engine calls its optimizer on every micro-batch's ``engine.step()`` but steps the torch optimizer
+  only at the gradient-accumulation boundary: that inner step is the one counted. Its ZeRO and FP16 optimizers skip
+  an update with non-finite gradients (or an invalid gradient norm) without calling the torch optimizer, after
+  telling their loss scaler ``update_scale(True)``: that call marks the skip, as the GradScaler's ``update`` does.
 - Lightning runs forward and backward inside ``optimizer.step(closure)``; only the post hook is used, so the
   step-to-step interval is the whole iteration either way.
 - A script that ends, or runs ``--no-step-timeout`` seconds, without the steps asked for (a wrong entry, an
@@ -73,6 +77,7 @@ class OptimizerStepCounter:
         self.other_steps: dict[str, int] = {}
         self.skipped_updates = 0
         self.stepped_since_update = False
+        self.deepspeed_watched = False
         self.start_facts = {"source": "optimizer_steps", "program": args.program, "world_size": world_size,
                             "samples_per_step": args.samples_per_step, "unit": args.unit, "optimizer": args.optimizer,
                             "precision": args.precision}
@@ -106,6 +111,7 @@ class OptimizerStepCounter:
         self.stepped_since_update = True
         if self.calls == 0:
             self.write_start()
+            self.watch_deepspeed()
         found_inf = getattr(optimizer, "found_inf", None)
         scalars = {}
         if found_inf is not None:
@@ -141,9 +147,36 @@ class OptimizerStepCounter:
     def scaler_updated(self) -> None:
         """GradScaler.update ends every iteration; one in which the primary optimizer never stepped was skipped."""
         if not self.stepped_since_update:
-            self.skipped_updates += 1
-            self.recorder.end_gap()
+            self.update_skipped()
         self.stepped_since_update = False
+
+    def update_skipped(self) -> None:
+        """An iteration without an update ends here: neither timed as a step nor counted in the next one's plant."""
+        self.skipped_updates += 1
+        self.recorder.end_gap()
+        self.injector.begin()
+
+    def watch_deepspeed(self) -> None:
+        """Wraps DeepSpeed's loss scalers' ``update_scale`` where the script uses DeepSpeed (by its first optimizer
+        step it has built its engine): ``update_scale(True)`` is a skipped update. Skips before the first step fall
+        in the first step, which is never measured."""
+        module = sys.modules.get("deepspeed.runtime.fp16.loss_scaler")
+        if module is None or self.deepspeed_watched:
+            return
+        self.deepspeed_watched = True
+        counter = self
+        for scaler in [value for value in vars(module).values() if isinstance(value, type)]:
+            original = vars(scaler).get("update_scale")
+            if original is None:
+                continue
+
+            def update_scale(loss_scaler: Any, overflow: Any, *args: Any, _original: Any = original,
+                             **kwargs: Any) -> Any:
+                if overflow:
+                    counter.update_skipped()
+                return _original(loss_scaler, overflow, *args, **kwargs)
+
+            scaler.update_scale = update_scale
 
     def finish(self) -> NoReturn:
         """Every rank reached the last step: the records end, the ranks meet once, and leave with exit code 0."""
