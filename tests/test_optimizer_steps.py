@@ -107,10 +107,11 @@ def test_a_step_per_parameter_group_optimizer_counts_once(tmp_path):
     assert done.returncode == 0 and len(steps) == 4 and end["other_optimizer_steps"] == {"SGD": 3}
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
-def test_updates_the_grad_scaler_skipped_are_counted_and_not_timed(tmp_path, fused):
+@pytest.mark.parametrize("fused, plant", [(False, "0"), (True, "0"), (False, "1")], ids=["plain", "fused", "planted"])
+def test_updates_the_grad_scaler_skipped_are_counted_and_not_timed(tmp_path, fused, plant):
     """Iterations 3 and 6 overflow and sleep 0.3 s: a plain optimizer is then never called (the scaler's update
-    shows it), a fused one is called with found_inf set. Neither is a step, nor in any step's time."""
+    shows it), a fused one is called with found_inf set. Neither is a step, nor in any step's time, nor in what the
+    plant lengthens the next step by."""
     script = loop(f"""
         opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused={fused})
         scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=1000)""", """
@@ -119,7 +120,7 @@ def test_updates_the_grad_scaler_skipped_are_counted_and_not_timed(tmp_path, fus
         if bad:
             time.sleep(0.3)
         scaler.scale(loss).backward(); scaler.step(opt); scaler.update(); opt.zero_grad()""")
-    done, steps, end = instrument(tmp_path, script, steps=8)
+    done, steps, end = instrument(tmp_path, script, steps=8, extra=("--inject-slowdown", plant))
     assert done.returncode == 0, done.stderr
     assert len(steps) == 8 and end["steps_run"] == 8 and end["skipped_updates"] == 2
     numbers = [s["step"] for s in steps]
