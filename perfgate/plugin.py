@@ -84,7 +84,8 @@ class SessionState:
         return self._revision
 
     def compare_environments(self) -> None:
-        """Reads both interpreters' versions (each by itself); a UsageError if the reference cannot run or has no torch."""
+        """Reads both interpreters' versions (each by itself); a UsageError if the reference cannot run or has no
+        torch."""
         env = {**os.environ, **import_env(self.root)}
         try:
             other = environment.probe(self.settings.against_python, env)

@@ -24,7 +24,8 @@ def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=
     records = tmp_path / "steps.jsonl"
     launch = INSTRUMENT if ranks == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                             "--nproc-per-node", str(ranks), *INSTRUMENT[1:]]
-    done = subprocess.run([*launch, "--records", str(records), "--steps", str(steps), "--samples-per-step", str(samples), "--cwd", str(cwd or tmp_path), *extra, "--", *program],
+    done = subprocess.run([*launch, "--records", str(records), "--steps", str(steps),
+                           "--samples-per-step", str(samples), "--cwd", str(cwd or tmp_path), *extra, "--", *program],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     lines = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []

@@ -155,8 +155,10 @@ def schema_1(url):
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, index=True),
         sa.Column("session", sa.String(64), nullable=False),
         sa.Column("case_id", sa.String(200), nullable=False, index=True),
-        sa.Column("hardware_class", sa.String(200), nullable=False), sa.Column("verdict", sa.String(40), nullable=False),
-        sa.Column("git_commit", sa.String(80)), sa.Column("branch", sa.String(200)), sa.Column("launcher", sa.String(40)),
+        sa.Column("hardware_class", sa.String(200), nullable=False),
+        sa.Column("verdict", sa.String(40), nullable=False),
+        sa.Column("git_commit", sa.String(80)), sa.Column("branch", sa.String(200)),
+        sa.Column("launcher", sa.String(40)),
         sa.Column("nodes", sa.Integer), sa.Column("world_size", sa.Integer), sa.Column("environment", sa.JSON),
         sa.Column("record", sa.JSON, nullable=False))
     metrics = sa.Table(

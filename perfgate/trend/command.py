@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-pvalue", type=float, default=changepoints.MAX_PVALUE,
                         help=f"significance of a change point (default {changepoints.MAX_PVALUE})")
     parser.add_argument("--min-change", type=float, default=changepoints.MIN_CHANGE,
-                        help=f"smallest change of the mean that counts, as a fraction (default {changepoints.MIN_CHANGE})")
+                        help="smallest change of the mean that counts, as a fraction "
+                             f"(default {changepoints.MIN_CHANGE})")
     parser.add_argument("--min-segment", type=int, default=changepoints.MIN_SEGMENT,
                         help=f"results needed on each side of a change point (default {changepoints.MIN_SEGMENT})")
     return parser

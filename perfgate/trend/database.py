@@ -9,9 +9,9 @@ branch, hardware class, environment, launcher, nodes, time, the whole record as 
 A database that holds other tables and no ``perfgate_schema`` is someone else's, and a newer schema version
 is a newer perfgate's: both are refused before anything is written. An older schema is migrated where it is
 opened, one version at a time (``UPGRADES``, written with Alembic's operations, which speak each dialect's DDL),
-inside the transaction that holds the database, so that two sessions opening it at once migrate it once. Each result is written in its own
-transaction, so parallel sessions and xdist workers interleave without losing one; a writer waits up to a minute
-for another's lock (SQLite's write lock, PostgreSQL's schema lock), then gives up saying so.
+inside the transaction that holds the database, so that two sessions opening it at once migrate it once. Each
+result is written in its own transaction, so parallel sessions and xdist workers interleave without losing one; a
+writer waits up to a minute for another's lock (SQLite's write lock, PostgreSQL's schema lock), then gives up saying so.
 """
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ class ResultsDatabase:
     def __init__(self, url: str, create: bool = True, lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:
         self.url = url_of(url)
         self.lock_timeout_s = lock_timeout_s
-        self.shown = self.url.database if self.url.get_backend_name() == "sqlite" and self.url.database else mask(self.url)
+        sqlite_file = self.url.get_backend_name() == "sqlite" and self.url.database
+        self.shown = self.url.database if sqlite_file else mask(self.url)
         """How the database is named in messages: a SQLite file by its path, any other by its URL, masked."""
         missing = DatabaseError(f"no results database at {self.shown}: run the suite with --perf-history "
                                 f"{self.shown} first")
@@ -209,13 +210,14 @@ class ResultsDatabase:
         try:
             for result in results:
                 with self.engine.begin() as connection:
-                    result_id = connection.execute(RESULTS.insert().values(
+                    inserted = connection.execute(RESULTS.insert().values(
                         recorded_at=datetime.datetime.now(datetime.timezone.utc), session=context.session,
                         case_id=result["case"], hardware_class=result["hardware_class"], verdict=result["verdict"],
                         git_commit=context.commit, branch=context.branch, launcher=context.launcher,
                         nodes=context.nodes, world_size=result.get("world_size"),
                         environment=result.get("environment") or context.environment,
-                        workload_version=result.get("workload_version"), record=_jsonable(result))).inserted_primary_key[0]
+                        workload_version=result.get("workload_version"), record=_jsonable(result)))
+                    result_id = inserted.inserted_primary_key[0]
                     rows = list(_metric_rows(result_id, result))
                     if rows:
                         connection.execute(METRICS.insert(), rows)
