@@ -14,11 +14,12 @@ import uuid
 import numpy as np
 import postgres_server
 import pytest
-import sqlalchemy as sa
 from test_ab import SLEEPER, SUITE, git
 
 pytest.importorskip("otava.analysis", reason="perfgate[trend] is not installed here (.venv-floor has none; "
                     "tests/test_trend_extra.py checks what that says)")
+import sqlalchemy as sa  # noqa: E402
+
 from perfgate.trend.analysis import series  # noqa: E402
 from perfgate.trend.changepoints import change_points  # noqa: E402
 from perfgate.trend.command import main as trend  # noqa: E402
