@@ -294,8 +294,9 @@ def test_the_plant_is_work_on_the_core_not_a_sleep_that_hands_the_core_away():
     cpu_before = time.process_time()
     planted = injector.pause()
     assert planted >= 0.05
-    # The step's CPU time is planted again as CPU time, however crowded the cores; a sleep would use microseconds.
-    assert time.process_time() - cpu_before == pytest.approx(0.05, abs=0.01), "the plant slept instead of working"
+    # The step's CPU time is planted again as CPU time, up to its wall target: idle, all 50 ms of it; beside two busy
+    # processes the plant's share of a core can be smaller than its step's was (32 ms seen). A sleep uses microseconds.
+    assert 0.025 < time.process_time() - cpu_before < 0.06, "the plant slept instead of working"
 
 
 def test_on_cpu_the_plant_moves_both_clocks_by_the_fraction_working_for_the_cpu_time_and_waiting_for_the_rest():

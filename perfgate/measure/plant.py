@@ -175,7 +175,8 @@ class SlowdownInjector:
         self._ahead = 0.0
         """CPU: seconds planted beyond the plan so far (a busy wait that ends off its core overruns its deadline)."""
         self._cpu_ahead = 0.0
-        """CPU: CPU seconds planted beyond the plan so far (never below 0: a shortfall is not owed later)."""
+        """CPU: CPU seconds planted beyond the plan so far; below 0, a shortfall owed to the next steps, up to one
+        step's share (a rank whose threads keep more than one core busy reaches the wall target first every step)."""
         self._cpu_burn = cpu_burn
         self._cpu_clock = cpu or (CpuClock().total if self._on_cpu and fraction > 0 else time.process_time)
         self._cpu_began = 0.0
@@ -232,7 +233,7 @@ class SlowdownInjector:
         self._step_began, self._cpu_began = self._clock(), self._cpu_clock()
         planted = self._step_began - now
         self._ahead += planted - target
-        self._cpu_ahead = max(0.0, self._cpu_ahead + self._cpu_began - cpu_now - cpu_target)
+        self._cpu_ahead = max(-cpu_target, self._cpu_ahead + self._cpu_began - cpu_now - cpu_target)
         self.planted.append(planted)
         return planted
 
