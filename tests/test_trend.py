@@ -286,7 +286,7 @@ def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_f
                                         timeout=300)
         ran.stdout.fnmatch_lines([f"perfgate: kept 1 result(s) in {history}"])
     ran.stdout.fnmatch_lines(["case * metric * results kept * newest segment * since the change point",
-                              f"sleeper-sleep-cpu * fastest_step_samples_per_second * 6 * 3 result(s), mean 39.* "
+                              f"sleeper-sleep-cpu * fastest_step_samples_per_second * 6 * 3 result(s), mean * "
                               f"samples/s * {commits[3][:10]}: -*%*"])
     assert "Where each result stands in its history" in (repo.path / "report" / "summary.md").read_text()
     trend = subprocess.run([sys.executable, "-m", "perfgate.cli", "trend", "--history", str(history),
