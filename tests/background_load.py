@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -33,19 +34,38 @@ def busy_processes(count: int = 2, seconds: float = 900) -> Iterator[list[subpro
 
 @contextlib.contextmanager
 def training_job(seconds: float = 900, ranks: int = 2) -> Iterator[subprocess.Popen]:
-    """A second DDP training job (the tiny OpenCLIP, ``ranks`` gloo ranks) that trains until ``seconds`` pass."""
+    """A second DDP training job (the tiny OpenCLIP, ``ranks`` gloo ranks) that trains until ``seconds`` pass.
+
+    It is handed over once it trains: its first 10-20 s are imports and a model build on one core, so a session
+    started beside it measured its first runs against a half-idle neighbour and its later ones against the whole
+    job (a baseline taken so was 20 % faster in CPU time per sample than the unchanged session after it)."""
     with tempfile.TemporaryDirectory(prefix="perfgate-neighbour-") as scratch:
+        records = Path(scratch) / "steps.jsonl"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
                    str(REPO / "workloads" / "openclip_train.py"), "--model", "perfgate-ViT-tiny", "--device", "cpu",
-                   "--batch-size", "32", "--workers", "0", "--steps", "100000", "--no-count-flops"]
+                   "--batch-size", "32", "--workers", "0", "--steps", "100000", "--no-count-flops",
+                   "--records", str(records)]
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
         job = subprocess.Popen(["timeout", "--signal=TERM", "--kill-after=10", str(int(seconds)), *command],
                                cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
         try:
+            _wait_until_training(job, records)
             yield job
         finally:
             _stop([job])
+
+
+def _wait_until_training(job: subprocess.Popen, records: Path, steps: int = 3, timeout_s: float = 300) -> None:
+    """Returns once the job has written ``steps`` step records; a job that ends or stalls first is an error."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if job.poll() is not None:
+            raise RuntimeError(f"the background training job exited with {job.returncode} before it trained")
+        if records.exists() and records.read_text().count('"kind": "step"') >= steps:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"the background training job wrote no {steps} steps within {timeout_s:.0f} s")
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:

@@ -21,7 +21,7 @@ CASES = [
          cpu=Flavour(TINY, steps=8, warmup=2, tolerance=0.4, timeout_s=240, ranks_per_node=1)),
     Case("openclip", "bad-model", ({str(WORKLOAD)!r},), cpu=Flavour({{**TINY, "model": "ViT-Nope"}}, timeout_s=120)),
     Case("openclip", "noise", ({str(WORKLOAD)!r},),
-         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.25, cpu_tolerance_floor=0.10, timeout_s=240),
+         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.25, cpu_tolerance_floor=0.25, timeout_s=240),
          version="3",
          later_runs_args=("--no-count-flops",)),
 ]
@@ -205,7 +205,7 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
     """Beside a second 2-rank training job on the same cores, as on a shared CI runner: there a plant that slept
     instead of working measured -4 % for a doubled step, and this test failed. The noise case gates what CPU
     flavours gate by default, the fastest step's throughput and the CPU time per sample, with tolerances derived
-    from 5 baseline runs (floors 25 % and 10 %); a planted slowdown that doubles each step fails on both clocks.
+    from 5 baseline runs (both floors 25 %); a planted slowdown that doubles each step fails on both clocks.
 
     The three sessions run minutes apart, and a shared CI VM drifts in between: one CI run measured the
     baseline at 127.9 samples/s (noise 15 %), the unchanged session at 152.3 (+19 %) and a 25 % plant at
@@ -214,7 +214,9 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
     catches is measured by benchmarks/detection_power.py. A false alarm on the unchanged session needs
     all 3 runs slower than all 5 baseline runs (exact rank test, p = 0.036) and by more than the tolerance,
     whose floor is 25 %: with a 10 % floor a local run failed the unchanged session at -10.5 % (the VM
-    slower between the sessions, as in CI).
+    slower between the sessions, as in CI). The CPU clock drifts too beside a training job: a CI run measured
+    the unchanged session's CPU time per sample 20.1 % above its baseline (machine probe -11 %), beyond the
+    10 % floor it had then; a doubled step adds 100 %.
     """
     with training_job(seconds=900):
         planted_session_against_a_fresh_baseline(suite)
@@ -227,7 +229,7 @@ def planted_session_against_a_fresh_baseline(suite):
     assert stored["workload_version"] == "3"
     assert set(stored["metrics"]) == {"fastest_step_samples_per_second", "cpu_seconds_per_sample"}
     assert stored["metrics"]["fastest_step_samples_per_second"]["tolerance"] >= 0.25
-    assert stored["metrics"]["cpu_seconds_per_sample"]["tolerance"] >= 0.10
+    assert stored["metrics"]["cpu_seconds_per_sample"]["tolerance"] >= 0.25
     assert stored["metrics"]["cpu_seconds_per_sample"]["unit"] == "CPU s/sample"
 
     unchanged = run(suite, *args)
