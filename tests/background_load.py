@@ -17,6 +17,8 @@ from typing import Iterator
 
 import psutil
 
+from perfgate.records.steps import RecordsTail
+
 REPO = Path(__file__).resolve().parent.parent
 BUSY = "import time\ndeadline = time.monotonic() + {seconds}\nwhile time.monotonic() < deadline:\n    pass\n"
 
@@ -58,11 +60,12 @@ def training_job(seconds: float = 900, ranks: int = 2) -> Iterator[subprocess.Po
 
 def _wait_until_training(job: subprocess.Popen, records: Path, steps: int = 3, timeout_s: float = 300) -> None:
     """Returns once the job has written ``steps`` step records; a job that ends or stalls first is an error."""
-    deadline = time.monotonic() + timeout_s
+    deadline, tail, seen = time.monotonic() + timeout_s, RecordsTail(records), 0
     while time.monotonic() < deadline:
         if job.poll() is not None:
             raise RuntimeError(f"the background training job exited with {job.returncode} before it trained")
-        if records.exists() and records.read_text().count('"kind": "step"') >= steps:
+        seen += sum(record["kind"] == "step" for record in tail.new_records())
+        if seen >= steps:
             return
         time.sleep(0.5)
     raise RuntimeError(f"the background training job wrote no {steps} steps within {timeout_s:.0f} s")
