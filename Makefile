@@ -1,4 +1,5 @@
-# make perf: the perf suite on this machine (CPU flavour without a GPU), reports in results/. make test: the harness's tests.
+# make perf: the perf suite on this machine (CPU flavour without a GPU), reports in results/. make test: the harness's tests
+# (two xdist workers, then the serial-marked ones alone).
 # make baselines: measure and write this machine's baselines of the default cases, for review (nothing is committed).
 # make test-floor: the workload smoke tests and one gate case on the oldest supported torch (CI runs it too).
 # make test also makes .venv-other, .venv with an older open_clip layered on top, the reference environment of the
@@ -62,8 +63,12 @@ baselines: $(STAMP)
 	$(BIN)/python -m pytest tests_perf --update-baselines $(PYTEST_ARGS)
 	@echo "review the new baselines (git status baselines/; git diff baselines/), then commit them"
 
+# The tests run on two xdist workers (one file per worker at a time, so each real server starts once), then the
+# tests marked serial one at a time. A phase that PYTEST_ARGS leaves empty (pytest's exit code 5) is no failure.
 test: $(STAMP) $(OTHER_STAMP)
-	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
+	$(BIN)/python -m pytest tests -m serial $(PYTEST_ARGS); alone=$$?; \
+	for code in $$parallel $$alone; do [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code; done
 
 test-floor: $(FLOOR_STAMP)
 	$(FLOOR_VENV)/bin/python -m pytest tests -m floor $(PYTEST_ARGS)

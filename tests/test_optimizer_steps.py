@@ -200,6 +200,7 @@ def logged_step_times(run_dir):
     return times
 
 
+@pytest.mark.serial
 def test_an_unmodified_script_is_baselined_passes_unchanged_fails_planted_and_crashes_as_a_crash(pytester):
     """The own script on 2 gloo ranks under torchrun: a fresh baseline, an unchanged session that passes, a planted
     50 % slowdown that fails, a crash at iteration 3 named as one, and the script's own step times matching the

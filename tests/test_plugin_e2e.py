@@ -55,6 +55,7 @@ def scale(baseline, metric, factor):
     entry["runs"] = [v * factor for v in entry["runs"]]
 
 
+@pytest.mark.serial
 @pytest.mark.floor
 def test_missing_baseline_update_pass_and_regression(suite):
     """Tolerance 40 %: the pass survives a loaded machine; against a baseline twice as good the total
@@ -201,6 +202,7 @@ def test_gpu_flavour_skips_with_a_reason_without_a_gpu(suite):
     result.stdout.fnmatch_lines(["*GPU flavour: torch sees no CUDA GPU on this machine*"])
 
 
+@pytest.mark.serial
 def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baseline(suite):
     """Beside a second 2-rank training job on the same cores, as on a shared CI runner: there a plant that slept
     instead of working measured -4 % for a doubled step, and this test failed. The noise case gates what CPU

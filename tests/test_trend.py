@@ -274,6 +274,7 @@ BASELINE = [*ARGS, "--update-baselines", "--perf-baseline-repeats", "2"]
 """What keeps the result matters here, not how the case is judged: one run per session, a baseline of two."""
 
 
+@pytest.mark.serial
 def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_fourth(repo):
     repo.runpytest_subprocess(*BASELINE, timeout=300).assert_outcomes(passed=1)
     history = repo.path / "results" / "history.db"
@@ -356,6 +357,22 @@ def test_postgres_takes_the_password_from_pgpassword(postgres, monkeypatch):
     database.close()
 
 
+def test_postgres_takes_the_password_from_a_pgpass_file(postgres, monkeypatch, tmp_path):
+    """libpq reads ~/.pgpass, or the file PGPASSFILE names, and ignores one that others can read."""
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text(f"127.0.0.1:{postgres.port}:perfgate:perfgate:{postgres.password}\n")
+    pgpass.chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(pgpass))
+    database = ResultsDatabase(postgres.url(password=False))
+    assert database.record([result(case="pgpass-cpu")], CONTEXT) == 1
+    database.close()
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "absent"))
+    with pytest.raises(DatabaseError, match="password"):
+        ResultsDatabase(postgres.url(password=False)).record([result(case="pgpass-cpu")], CONTEXT)
+
+
+@pytest.mark.serial
 def test_a_session_never_shows_the_password_and_an_unreachable_database_leaves_the_verdict(repo, postgres):
     repo.runpytest_subprocess(*BASELINE, timeout=300).assert_outcomes(passed=1)
     kept = repo.runpytest_subprocess(*ARGS, f"--perf-history={postgres.url()}", "--junitxml=junit.xml",
