@@ -358,7 +358,7 @@ def test_postgres_takes_the_password_from_pgpassword(postgres, monkeypatch):
 
 
 def test_postgres_takes_the_password_from_a_pgpass_file(postgres, monkeypatch, tmp_path):
-    """libpq reads ~/.pgpass, or the file PGPASSFILE names, and ignores one that others can read."""
+    """libpq reads ~/.pgpass, or the file PGPASSFILE names (which must not be readable by others)."""
     monkeypatch.delenv("PGPASSWORD", raising=False)
     pgpass = tmp_path / "pgpass"
     pgpass.write_text(f"127.0.0.1:{postgres.port}:perfgate:perfgate:{postgres.password}\n")
