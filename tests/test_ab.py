@@ -160,7 +160,13 @@ def test_the_unchanged_build_passes_a_b_beside_two_busy_processes(pytester):
 
     The case gates the window's throughput: under sustained load the fastest step (what CPU flavours gate by
     default) is the extreme of steps that vary from 155 to 300 ms, and identical runs measured 165-206 samples/s
-    by it (a -13 % "regression" in one CI run under load) against 138.7-149.1 by the window."""
+    by it (a -13 % "regression" in one CI run under load) against 138.7-149.1 by the window.
+
+    Three pairs first and a 20 % tolerance: the load halves the throughput (61-68 samples/s in CI beside the other
+    xdist worker, 120-145 beside the busy processes alone), which a stored baseline would read as -50 %, while the
+    pairs' log ratios spread 4.5-9.8 % (sd of 4 pairs, 4 sessions beside two busy processes and a training job). At
+    2 pairs first and 10 % the gate's own rules (simulated as benchmarks/ab_power.py does) flag 1.2-2.5 % of
+    unchanged builds at that spread, and one CI run read +10.7 % (stale); at 3 and 20 %, 0.01-0.04 %."""
     workload = REPO / "workloads" / "openclip_train.py"
     pytester.makepyfile(test_suite=f"""
 from perfgate import Case, Flavour, parametrize
@@ -177,8 +183,8 @@ def test_case(perfgate, case):
     git(pytester.path, "add", ".")
     git(pytester.path, "-c", "user.email=ci@example.com", "-c", "user.name=ci", "commit", "-qm", "suite")
     with busy_processes(2, seconds=600):
-        result = pytester.runpytest_subprocess(*ARGS, "--perf-against", "HEAD", "--perf-ab-tolerance", "0.1",
-                                               timeout=600)
+        result = pytester.runpytest_subprocess(*ARGS, "--perf-repeats", "3", "--perf-against", "HEAD",
+                                               "--perf-ab-tolerance", "0.2", timeout=600)
     result.assert_outcomes(passed=1)
     assert result_of(pytester, "tiny")["verdict"] == "pass"
 

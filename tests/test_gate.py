@@ -246,6 +246,16 @@ def test_ab_launches_abba_and_judges_the_candidate_against_the_reference_runs(tm
     assert candidate.result["time_to_verdict_s"] >= 0
 
 
+def test_a_b_calls_a_much_faster_candidate_an_improvement_not_a_stale_baseline(tmp_path):
+    """No baseline is stored under A/B: advising --update-baselines (a usage error with --perf-against) would
+    mislead."""
+    plan = make_plan(tmp_path)
+    gate, _, _ = ab_gate(plan, [100.0, 101.0], [150.0, 151.0])
+    with pytest.warns(StaleBaselineWarning, match="(?s)faster than the reference on k: .*improvement") as caught:
+        assert gate.check()["verdict"] == "stale"
+    assert "--update-baselines" not in str(caught[0].message)
+
+
 def test_ab_measures_another_pair_while_the_verdict_is_inconclusive(tmp_path):
     """Pairs 1-2 look 12 % worse but the interval spans zero; pair 3 brings the estimate within 2 %: pass."""
     plan = make_plan(tmp_path)

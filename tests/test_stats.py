@@ -77,7 +77,7 @@ def test_rank_test_only_counts_where_run_counts_let_it_reach_alpha():
 def test_stale_baseline_is_flagged():
     comparison = stats.compare_runs(noisy(100, 0.01, 5, 1), noisy(130, 0.01, 3, 2))
     decision = stats.decide(comparison, "higher", tolerance=0.05)
-    assert decision.outcome == "stale" and "out of date" in decision.reason
+    assert decision.outcome == "stale" and "significantly better" in decision.reason
 
 
 def test_single_value_reference_baseline_is_exact():

@@ -29,6 +29,8 @@ class RevisionReference:
     """The reference revision's runs of one case, as a baseline that grows with every pair."""
 
     remedy = "it is gated against a reference revision that measures it"
+    when_faster = ("faster than the reference", "an improvement beyond --perf-ab-tolerance, or the reference's launches "
+                                                "were slowed by something else; no baseline is stored, none to update")
 
     def __init__(self, revision: Revision, measurer: Measurer, plan: Plan, tolerance: float) -> None:
         self.revision = revision

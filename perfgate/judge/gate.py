@@ -61,6 +61,8 @@ class Reference(Protocol):
     """Where the reference lives, for messages."""
     remedy: str
     """What gates a metric the reference lacks (one from before the metric)."""
+    when_faster: tuple[str, str]
+    """What a case significantly faster than the reference beyond the tolerance is, and what to do about it."""
 
     def load(self) -> baselines.Baseline | None:
         """The reference; None when there is none yet; BaselineError when it cannot be trusted."""
@@ -70,6 +72,7 @@ class StoredBaseline:
     """A reviewed baseline file under --baseline-dir, which --update-baselines (re)writes."""
 
     remedy = "re-measure the baseline with --update-baselines to gate it"
+    when_faster = ("stale baseline", "re-measure with --update-baselines and review")
 
     def __init__(self, path: Path) -> None:
         self.where = path
@@ -153,8 +156,9 @@ class Gate:
                              f"command: {measurement.command}\nlogs kept in {plan.spec.workdir}")
         if "stale" in outcomes:
             result["verdict"] = "stale"
-            message = (f"{plan.run.key}: stale baseline on {plan.hardware_class}{planted}: significantly faster than "
-                       f"{self.reference.where} allows\n{details}\nre-measure with --update-baselines and review")
+            what, advice = self.reference.when_faster
+            message = (f"{plan.run.key}: {what} on {plan.hardware_class}{planted}: significantly faster than "
+                       f"{self.reference.where} allows\n{details}\n{advice}")
             if self.settings.fail_stale:
                 raise CaseFailed(message)
             warnings.warn(StaleBaselineWarning(message))

@@ -7,7 +7,8 @@ next run. The decision compares the current runs with the baseline's runs:
 - ``FAIL`` only when the change is statistically significant (the bootstrap confidence interval of
   the change excludes zero and, where the run counts let it reach p < alpha, the exact Mann-Whitney
   test agrees) and the point estimate is worse than the tolerance;
-- ``stale`` when it is significantly *better* by more than the tolerance (the baseline is out of date);
+- ``stale`` when it is significantly *better* by more than the tolerance (a stored baseline is out of date;
+  under A/B, an improvement);
 - ``inconclusive`` when it is worse than the tolerance but not (yet) significant: the caller runs
   more repeats, up to a cap, before deciding;
 - ``pass`` otherwise.
@@ -180,7 +181,7 @@ def decide(comparison: Comparison, better: str, tolerance: float, alpha: float =
         return Decision("FAIL", f"significantly worse by {worse:.1%} ({interval}), beyond the {tolerance:.1%} tolerance")
     if significant and -worse > tolerance:
         return Decision("stale", f"significantly better by {-worse:.1%} (CI {-worse_high:+.1%}..{-worse_low:+.1%}), "
-                                 f"beyond the {tolerance:.1%} tolerance: the baseline is out of date")
+                                 f"beyond the {tolerance:.1%} tolerance")
     if worse > tolerance:
         return Decision("inconclusive", f"{worse:.1%} worse, beyond the {tolerance:.1%} tolerance, "
                                         f"but not significant yet ({interval})")
