@@ -72,6 +72,9 @@ def main() -> int:
     parser.add_argument("--tolerance", type=float,
                         help="the tolerance to simulate (default: each metric's own in the session, by --perf-ab-tolerance "
                         "and the case's clocks)"),
+    parser.add_argument("--metrics", nargs="+", metavar="NAME",
+                        help="read these recorded metrics' pairs instead of the gated ones (every run records each "
+                        "clock's statistics; the tolerance is --tolerance, or 2 %%)")
     parser.add_argument("--draws", type=int, default=4000, help="simulated cases per cell")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -80,7 +83,8 @@ def main() -> int:
         result = json.loads(path.read_text())
         if "reference" not in result:
             sys.exit(f"{path}: not an A/B session (no reference runs): run it with --perf-against")
-        for row in result["metrics"]:
+        rows = result["metrics"] if not args.metrics else [{"metric": name, "tolerance": 0.02} for name in args.metrics]
+        for row in rows:
             logs = pair_log_ratios(result, row["metric"])
             if len(logs) < 3:
                 sys.exit(f"{path}: {len(logs)} pair(s) of {row['metric']}; measure at least 3 (8 is better)")

@@ -1,6 +1,7 @@
 """benchmarks/ab_power.py predicts A/B detection power with the gate's own decision rules."""
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -37,3 +38,21 @@ def test_pair_log_ratios_point_a_slowdown_down_whichever_way_the_metric_is_bette
     result = {"reference": {"per_run": runs(100.0, 100.0)}, "per_run": runs(90.0, 100.0)}
     for metric in ("samples_per_second", "total_time_secs"):
         assert ab_power.pair_log_ratios(result, metric) == pytest.approx([math.log(0.9), 0.0])
+
+
+def test_metrics_reads_a_recorded_statistic_that_the_session_did_not_gate(tmp_path, monkeypatch, capsys):
+    """Every run records each clock's statistics; --metrics reads their pairs from a session that gated another."""
+    def runs(*values):
+        return [{"metrics": {"fastest_step_samples_per_second": 100.0, "least_step_cpu_seconds_per_sample": v}}
+                for v in values]
+
+    result = {"case": "c", "metrics": [{"metric": "fastest_step_samples_per_second", "tolerance": 0.06}],
+              "reference": {"per_run": runs(1.0, 1.0, 1.0)}, "per_run": runs(1.0, 1.1, 0.9)}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(result))
+    monkeypatch.setattr("sys.argv", ["ab_power.py", str(path), "--metrics", "least_step_cpu_seconds_per_sample",
+                                     "--caps", "5", "--draws", "50"])
+    assert ab_power.main() == 0
+    out = capsys.readouterr().out
+    assert "c least_step_cpu_seconds_per_sample: 3 pairs, pair sd 10.0%" in out
+    assert "fastest_step" not in out and "tolerance 2.0%" in out

@@ -111,11 +111,15 @@ def test_cpu_metrics_are_per_sample_of_one_rank_and_the_median_step_of_the_proce
     assert measured.cpu_seconds_per_sample == pytest.approx(0.9 / 12)
     assert measured.host_cpu_per_step_s == pytest.approx(0.2)
     assert measured.workers_cpu_share == pytest.approx(0.3 / 0.9)
+    # The CPU clock's best-of: the least step's process time per sample (0.1 s over 4), plus the workers' over the
+    # window (their clock ticks are only precise summed): 0.025 + 0.3 / 12.
+    assert measured.least_step_cpu_seconds_per_sample == pytest.approx(0.025 + 0.025)
 
 
 def test_records_without_cpu_time_give_no_cpu_metrics():
     measured = compute(RunRecords(steps=steps([None, None, None])), warmup=1)
-    assert (measured.cpu_seconds_per_sample, measured.host_cpu_per_step_s, measured.workers_cpu_share) == (None,) * 3
+    assert (measured.cpu_seconds_per_sample, measured.least_step_cpu_seconds_per_sample, measured.host_cpu_per_step_s,
+            measured.workers_cpu_share) == (None,) * 4
 
 
 def real_loop(tmp_path, name, fraction=0.0, wait_s=0.0):
@@ -140,6 +144,8 @@ def test_the_planted_slowdown_moves_the_cpu_clock_by_the_fraction(tmp_path):
     natural, planted = real_loop(tmp_path, "none"), real_loop(tmp_path, "planted", fraction=0.25)
     assert natural.cpu_seconds_per_sample / planted.cpu_seconds_per_sample == pytest.approx(0.8, abs=0.03)
     assert natural.host_cpu_per_step_s / planted.host_cpu_per_step_s == pytest.approx(0.8, abs=0.03)
+    assert (natural.least_step_cpu_seconds_per_sample / planted.least_step_cpu_seconds_per_sample
+            == pytest.approx(0.8, abs=0.03))
 
 
 def test_a_wait_moves_only_the_wall_clock_and_more_work_moves_both(tmp_path):
