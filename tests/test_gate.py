@@ -404,6 +404,29 @@ def test_records_without_cpu_time_give_a_baseline_of_the_wall_clock_saying_so(tm
     assert list(baselines.load(plan.baseline_file).metrics) == [METRIC]
 
 
+def test_a_gated_instruction_count_the_host_cannot_count_is_left_out_saying_why(tmp_path):
+    """A flavour that asks for the third clock, on a VM without a hardware counter: the wall clock is gated, and the
+    warning carries the runs' own reason (their start records' instruction_clock)."""
+    refused = "not counted: this host exposes no hardware counter of instructions"
+
+    class UncountedMeasurer(FakeMeasurer):
+        def launch_once(self, planned):
+            self.measurement.runs.append({"run": self.launches, "metrics": {METRIC: self._values[self.launches]},
+                                          "facts": {"start": {"instruction_clock": refused}}})
+            self.launches += 1
+
+    case = Case("w", "c", ("w.py",), cpu=Flavour({}, tolerance_floor=0.05), gated=(METRIC, "instructions_per_sample"))
+    plan = Plan(CaseRun(case, "cpu"), LaunchSpec(entry=(), workdir=tmp_path / "work"), Hardware("cpu", 2),
+                "k", DETECTED, 2, 10, 2, tmp_path / "b" / "k" / "w-c-cpu.json", "suite.py::test[c-cpu]")
+    measurer = UncountedMeasurer(plan, [100.0, 101.0, 99.0, 100.0, 102.0])
+    checker = Gate(plan, Settings(repeats=3, baseline_repeats=5, update_baselines=True), measurer,
+                   StoredBaseline(plan.baseline_file), root=plan.spec.workdir, nvml=lambda: (None, "no NVML here"))
+    with pytest.warns(UngatedMetricWarning, match=f"instructions_per_sample not gated: the runs did not measure it "
+                                                  f"\\({refused}\\)"):
+        checker.check()
+    assert list(baselines.load(plan.baseline_file).metrics) == [METRIC]
+
+
 def test_ab_judges_the_cpu_clock_with_the_ab_tolerance_and_the_wall_clock_with_the_flavours_wider_floor(tmp_path):
     """The CPU clock catches more work within 2 %; the wall clock, there for waits, keeps its 5 % floor: a 4 % wall
     change with the CPU clock unmoved passes, a 4 % CPU change fails."""

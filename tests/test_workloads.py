@@ -47,6 +47,8 @@ def assert_trained(records, steps):
     assert records.phases["io"]["samples_per_second"] > 0 and records.phases["synthetic"]["samples_per_second"] > 0
     assert records.start["world_size"] == 2 and records.end["steps_run"] == steps
     assert records.start["cudnn_benchmark"] is True and records.end["cudagraph_skips"] == 0
+    counted = all(s.instructions and s.instructions > 0 for s in records.steps)
+    assert counted == records.start["instruction_clock"].startswith("user-space"), records.start["instruction_clock"]
 
 
 def test_resnet50_trains_on_two_gloo_ranks(tmp_path, no_leftovers):

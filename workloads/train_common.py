@@ -424,7 +424,8 @@ class Trainer:
             "start", world_size=env.world_size, local_batch=args.batch_size, global_batch=self.global_batch,
             steps=args.steps, device=env.device.type,
             device_name=torch.cuda.get_device_name(env.device) if env.cuda else "cpu", torch=torch.__version__,
-            injected_slowdown=args.inject_slowdown, cudnn_benchmark=torch.backends.cudnn.benchmark, **facts,
+            injected_slowdown=args.inject_slowdown, cudnn_benchmark=torch.backends.cudnn.benchmark,
+            instruction_clock=self.recorder.instruction_clock, **facts,
         )
 
     def count_flops(self, model: torch.nn.Module, step: Callable[[], torch.Tensor], samples: int) -> float | None:

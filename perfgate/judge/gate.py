@@ -28,6 +28,16 @@ class StaleBaselineWarning(UserWarning):
     """A case ran significantly faster than its baseline allows: re-measure and review the baseline."""
 
 
+def why_absent(measurement: Measurement, name: str) -> str:
+    """What the runs' start records say of a metric they did not measure (no hardware counter, say), if anything."""
+    fact = METRICS[name].why_absent
+    if fact is None:
+        return ""
+    said = sorted({str(run["facts"]["start"][fact]) for run in measurement.runs
+                   if (run.get("facts") or {}).get("start", {}).get(fact)})
+    return f" ({'; '.join(said)})" if said else ""
+
+
 class UngatedMetricWarning(UserWarning):
     """A metric the case gates was left out: its reference does not have it (a baseline or revision from before it)."""
 
@@ -226,7 +236,9 @@ class Gate:
         measured = [name for name in run.gated if measurement.values(name)]
         if not measured:
             raise CaseFailed(f"{run.key}: the runs measured none of the gated metrics ({', '.join(run.gated)})")
-        self.note_ungated([n for n in run.gated if n not in measured], "the runs did not measure it")
+        for name in run.gated:
+            if name not in measured:
+                self.note_ungated([name], "the runs did not measure it" + why_absent(measurement, name))
         return measured
 
     def note_ungated(self, names: list[str], why: str) -> None:

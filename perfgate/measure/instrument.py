@@ -140,7 +140,8 @@ class OptimizerStepCounter:
     def write_start(self) -> None:
         """The run's facts, at its first step: by then the script has chosen its device, whose name MFU needs."""
         device_name = torch.cuda.get_device_name() if self.device_type == "cuda" else "cpu"
-        self.recorder.write("start", **self.start_facts, device_name=device_name)
+        self.recorder.write("start", **self.start_facts, device_name=device_name,
+                            instruction_clock=self.recorder.instruction_clock)
         if self.flops_per_sample:
             self.recorder.write("flops", flops_per_sample=self.flops_per_sample, declared=True)
 

@@ -21,7 +21,10 @@ class MetricInfo:
     better: str  # "higher" or "lower"
     description: str
     clock: str = "wall"
-    """Which clock the metric reads: ``wall`` or ``cpu`` (the CPU time the rank spent, see records.cpu_time)."""
+    """Which clock the metric reads: ``wall``, or ``cpu``: what the rank's CPUs did, its CPU time (records.cpu_time)
+    or its instructions retired (records.instructions), with the CPU clock's tolerances."""
+    why_absent: str | None = None
+    """The start record's fact that says why a run has no value for it, where a host may lack what it reads."""
 
 
 METRICS: dict[str, MetricInfo] = {
@@ -42,6 +45,10 @@ METRICS: dict[str, MetricInfo] = {
         "that slows a vCPU's instructions in spells (a neighbour on the physical core, memory bandwidth) adds CPU "
         "time too, and the window's total carries every spell, where the least step keeps the quickest",
         clock="cpu"),
+    "instructions_per_sample": MetricInfo(
+        "instructions/sample", "lower", "user-space instructions rank 0's process and loader workers retired per "
+        "sample it trained, over the window: a count, which a host that runs them slower does not move; where the "
+        "host exposes a hardware counter", clock="cpu", why_absent="instruction_clock"),
     "host_cpu_per_step_s": MetricInfo(
         "CPU s", "lower", "median CPU seconds rank 0's process spent per step, loader workers apart: on GPU, the "
         "host's Python and launch overhead, hidden while the GPU is the bottleneck", clock="cpu"),
@@ -99,6 +106,7 @@ class RunMetrics:
     planted_fraction: float | None = None
     cpu_seconds_per_sample: float | None = None
     least_step_cpu_seconds_per_sample: float | None = None
+    instructions_per_sample: float | None = None
     host_cpu_per_step_s: float | None = None
     workers_cpu_share: float | None = None
     """Share of the window's CPU time (process and workers) that the loader workers spent; None without workers."""
@@ -199,6 +207,7 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         synthetic_samples_per_second=records.phases.get("synthetic", {}).get("samples_per_second"),
         planted_fraction=sum(planted) / (window_s - sum(planted)) if planted and window_s > sum(planted) else None,
         **cpu_clock(window, world),
+        instructions_per_sample=instructions_per_sample(window, world),
     )
 
 
@@ -218,6 +227,14 @@ def cpu_clock(window: Sequence[StepRecord], world: int) -> dict[str, float | Non
         "host_cpu_per_step_s": statistics.median(s.cpu_s or 0.0 for s in window),
         "workers_cpu_share": workers / (process + workers) if workers > 0 else None,
     }
+
+
+def instructions_per_sample(window: Sequence[StepRecord], world: int) -> float | None:
+    """The third clock over the window: None where a step has no count (no hardware counter, or a log source)."""
+    samples_per_rank = sum(s.samples for s in window) / world
+    if not window or not samples_per_rank or any(s.instructions is None for s in window):
+        return None
+    return sum(s.instructions or 0.0 for s in window) / samples_per_rank
 
 
 def time_accounting(records: RunRecords, warmup: int, launched_at: float,

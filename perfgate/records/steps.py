@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from perfgate.records.cpu_time import CpuClock
+from perfgate.records.instructions import InstructionCounter, open_instruction_counter
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class StepRecord:
     cannot see the process (log lines)."""
     workers_cpu_s: float | None = None
     """CPU seconds rank 0's loader workers spent in the step (clock ticks: precise over a window, not a step)."""
+    instructions: float | None = None
+    """User-space instructions rank 0's process and loader workers retired in the step, the third clock; None where
+    the host cannot count them (the start record's ``instruction_clock`` says why)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ def step_from_dict(obj: dict[str, Any], source: str = "records") -> StepRecord:
             planted_s=optional_float(obj, "planted_s"),
             cpu_s=optional_float(obj, "cpu_s"),
             workers_cpu_s=optional_float(obj, "workers_cpu_s"),
+            instructions=optional_float(obj, "instructions"),
         )
     except KeyError as exc:
         raise RecordsError(f"{source}: step record without field {exc.args[0]!r}: {obj}") from None
@@ -208,6 +213,8 @@ class _PendingStep:
     scalars: Any
     cpu: tuple[float, float | None]
     """The CPU clock when the step's end was marked on the host."""
+    instructions: float | None
+    """The instruction count then."""
     planted_s: float | None = None
 
 
@@ -218,8 +225,10 @@ class StepRecorder:
     previous step's end marker and this one, so consecutive step times add up to wall time. Markers
     are resolved late: a step is written once the device has reached its end marker, checked with a
     non-blocking query. Loss and other scalars are copied to pinned host memory asynchronously before
-    the marker, so reading them then costs nothing. ``close`` waits for the last steps once. The CPU clock is read
-    on the host beside each marker (a step's CPU time is the host's between two step ends, on GPU too).
+    the marker, so reading them then costs nothing. ``close`` waits for the last steps once. The CPU clock and the
+    instruction counter are read on the host beside each marker (a step's CPU time is the host's between two step
+    ends, on GPU too). ``instruction_clock`` says what the counter counts, or why nothing is counted, for the start
+    record.
     """
 
     def __init__(
@@ -230,6 +239,7 @@ class StepRecorder:
         on_step: Callable[[StepRecord, dict[str, float]], None] | None = None,
         clock: Any = None,
         cpu_clock: CpuClock | None = None,
+        open_instructions: Callable[[], tuple[InstructionCounter | None, str]] = open_instruction_counter,
     ) -> None:
         self._path = Path(path) if path else None
         self._file = self._path.open("w") if self._path else None
@@ -243,6 +253,11 @@ class StepRecorder:
         self._clock = clock or (_CudaClock(self._torch) if self._cuda else HostClock())
         self._cpu_clock = cpu_clock or CpuClock()
         self._last_cpu: tuple[float, float | None] = (0.0, None)
+        self._instructions: InstructionCounter | None = None
+        self.instruction_clock = "not counted: this rank records no steps"
+        if self.active:
+            self._instructions, self.instruction_clock = open_instructions()
+        self._last_instructions: float | None = None
         self._pending: list[_PendingStep] = []
         self._spare_pinned: list[Any] = []
         """Pinned host buffers of resolved steps, reused: the device has passed their copies."""
@@ -266,6 +281,7 @@ class StepRecorder:
         if self.active:
             self._last_end = self._clock.mark()
             self._last_cpu = self._cpu_clock.read()
+            self._last_instructions = self._count()
             self._data_started = time.perf_counter()
 
     def data_ready(self) -> float:
@@ -289,7 +305,7 @@ class StepRecorder:
             else:
                 host = stacked
         self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host),
-                                          self._cpu_clock.read(), planted_s))
+                                          self._cpu_clock.read(), self._count(), planted_s))
         self._data_started = time.perf_counter()
         self._resolve(block=False)
 
@@ -297,7 +313,10 @@ class StepRecorder:
         """Ends an interval that is not a step (an update the GradScaler skipped): the next step is timed from here."""
         if self.active:
             self._pending.append(_PendingStep(None, 0, 0.0, None, self._clock.mark(), ([], None),
-                                              self._cpu_clock.read()))
+                                              self._cpu_clock.read(), self._count()))
+
+    def _count(self) -> float | None:
+        return self._instructions.read() if self._instructions is not None else None
 
     def _pinned_buffer(self, size: int) -> Any:
         """A pinned buffer for one step's scalars: a spare one once steps resolve, so a step allocates nothing."""
@@ -316,6 +335,7 @@ class StepRecorder:
             self._last_end = pending.end_marker
             (process, workers), (process_before, workers_before) = pending.cpu, self._last_cpu
             self._last_cpu = pending.cpu
+            instructions_before, self._last_instructions = self._last_instructions, pending.instructions
             names, host = pending.scalars
             values = dict(zip(names, (float(v) for v in host.tolist()))) if host is not None else {}
             if self._cuda and host is not None:
@@ -327,7 +347,9 @@ class StepRecorder:
             record = StepRecord(pending.step, pending.samples, step_s, pending.data_s, values.get("loss"), pending.lr,
                                 time.time(), pending.planted_s, cpu_s=process - process_before,
                                 workers_cpu_s=None if workers is None or workers_before is None
-                                else workers - workers_before)
+                                else workers - workers_before,
+                                instructions=None if pending.instructions is None or instructions_before is None
+                                else pending.instructions - instructions_before)
             self.write("step", **{k: v for k, v in asdict(record).items() if v is not None})
             if self._on_step is not None:
                 self._on_step(record, values)
@@ -347,3 +369,5 @@ class StepRecorder:
         assert self._file is not None
         self._file.close()
         self._file = None
+        if self._instructions is not None:
+            self._instructions.close()

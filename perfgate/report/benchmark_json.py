@@ -39,6 +39,7 @@ def extra_info(result: dict[str, Any]) -> dict[str, Any]:
         "total_time_secs": measured.get("total_time_secs"),
         "cpu_seconds_per_sample": measured.get("cpu_seconds_per_sample"),
         "host_cpu_per_step_s": measured.get("host_cpu_per_step_s"),
+        "instructions_per_sample": measured.get("instructions_per_sample"),
         "baseline_file": result.get("baseline_file"),
         "injected_slowdown": result.get("injected_slowdown", 0.0),
         "gated": [{key: row.get(key) for key in ("metric", "unit", "measured", "baseline", "change", "tolerance",
