@@ -105,6 +105,24 @@ def test_a_refusal_on_a_later_thread_closes_the_counters_already_open():
         os.fstat(opened[0])
 
 
+def test_a_thread_that_ended_between_the_listing_and_its_counter_is_passed_over():
+    """A thread listed in /proc/self/task can end before its counter opens (the kernel says ESRCH): what it did
+    is gone, and the threads still running are counted."""
+    ended = threading.Thread(target=lambda: None)
+    ended.start()
+    ended.join()
+    while os.path.exists(f"/proc/self/task/{ended.native_id}"):  # join returns before the kernel reaps the thread
+        time.sleep(0.01)
+    counter = InstructionCounter(event=TASK_CLOCK, threads=lambda: [ended.native_id, threading.get_native_id()])
+    try:
+        counter.open()
+        before = counter.read()
+        spin(0.05)
+        assert counter.threads == 1 and (counter.read() - before) / 1e9 == pytest.approx(0.05, abs=0.01)
+    finally:
+        counter.close()
+
+
 def test_the_recorder_writes_each_steps_count_and_the_metric_is_per_sample_of_one_rank(tmp_path):
     counter = InstructionCounter(event=TASK_CLOCK)
     recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cpu",

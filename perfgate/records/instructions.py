@@ -50,6 +50,10 @@ class _EventAttr(ctypes.Structure):
 class CounterUnavailable(OSError):
     """This host cannot count the event for this process; the message says why and what would allow it."""
 
+    def __init__(self, reason: str, error_number: int | None = None) -> None:
+        super().__init__(reason)
+        self.error_number = error_number
+
 
 def paranoid_level() -> str:
     try:
@@ -83,7 +87,8 @@ def perf_event_open(attr: _EventAttr, pid: int) -> int:
     fd = libc.syscall(ctypes.c_long(number), ctypes.byref(attr), ctypes.c_int(pid), ctypes.c_int(-1),
                       ctypes.c_int(-1), ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC))
     if fd < 0:
-        raise CounterUnavailable(why_not(ctypes.get_errno()))
+        error_number = ctypes.get_errno()
+        raise CounterUnavailable(why_not(error_number), error_number)
     return int(fd)
 
 
@@ -104,12 +109,17 @@ class InstructionCounter:
         self._fds: list[int] = []
 
     def open(self) -> InstructionCounter:
-        """Starts counting now, on every thread; raises CounterUnavailable (with every counter it opened closed)."""
+        """Starts counting now, on every thread (one that ended since the listing is passed over); raises
+        CounterUnavailable, with every counter it opened closed."""
         attr = _EventAttr(type=self.event[0], size=ctypes.sizeof(_EventAttr), config=self.event[1],
                           read_format=READ_TIMES, flags=INHERIT | EXCLUDE_KERNEL | EXCLUDE_HV)
         try:
             for tid in self._threads():
-                self._fds.append(self._opener(attr, tid))
+                try:
+                    self._fds.append(self._opener(attr, tid))
+                except CounterUnavailable as exc:
+                    if exc.error_number != errno.ESRCH:
+                        raise
         except CounterUnavailable:
             self.close()
             raise
