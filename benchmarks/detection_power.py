@@ -25,6 +25,7 @@ import contextlib
 import json
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,12 +51,22 @@ def pytest_command(args: argparse.Namespace, baseline_dir: Path, *extra: str) ->
 
 
 def run_session(command: list[str]) -> tuple[int, float]:
+    """One gate session; stopped (Ctrl-C, SIGTERM) it is ended with SIGTERM, on which perfgate kills its ranks."""
     started = time.monotonic()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as session:
+        try:
+            stdout, stderr = session.communicate()
+        except BaseException:
+            session.terminate()
+            try:
+                session.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                session.kill()
+            raise
     elapsed = time.monotonic() - started
-    if done.returncode not in (0, 1):
-        sys.exit(f"pytest exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
-    return done.returncode, elapsed
+    if session.returncode not in (0, 1):
+        sys.exit(f"pytest exited {session.returncode}:\n{stdout[-3000:]}\n{stderr[-2000:]}")
+    return session.returncode, elapsed
 
 
 def judged_metrics(basetemp: Path) -> list[dict]:
@@ -137,6 +148,8 @@ def main() -> int:
     parser.add_argument("--resume", action="store_true", help="continue the run that --out holds (same plan)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest options (after --), e.g. --perf-steps 20")
     args = parser.parse_args()
+    # A SIGTERM leaves through the with blocks below, so the load, the running session and the scratch go with it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     counts = {size: trials or args.trials for size, trials in args.sizes}
     order = [size for size, count in counts.items() for _ in range(count)]

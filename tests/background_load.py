@@ -1,7 +1,7 @@
 """Load beside a test or a benchmark, as a shared CI runner has it: busy processes, or a second training job.
 
-Each load is bounded in time (it ends itself after ``seconds`` even if its owner dies) and is stopped, with
-every process it started, when its ``with`` block ends.
+Each load is bounded in time (it ends itself after ``seconds`` even if its owner dies; busy processes end with
+their owner) and is stopped, with every process it started, when its ``with`` block ends.
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ import psutil
 from perfgate.records.steps import RecordsTail
 
 REPO = Path(__file__).resolve().parent.parent
-BUSY = "import time\ndeadline = time.monotonic() + {seconds}\nwhile time.monotonic() < deadline:\n    pass\n"
+BUSY = ("import os, time\ndeadline = time.monotonic() + {seconds}\n"
+        "while time.monotonic() < deadline and os.getppid() == {parent}:\n    for _ in range(100_000):\n        pass\n")
+"""One core kept busy until ``seconds`` pass or its parent goes (a benchmark killed by a signal runs no cleanup)."""
 
 
 @contextlib.contextmanager
 def busy_processes(count: int = 2, seconds: float = 900) -> Iterator[list[subprocess.Popen]]:
     """``count`` processes that each keep one core busy, as a neighbour's compile or test job does."""
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=seconds)], stdin=subprocess.DEVNULL)
-             for _ in range(count)]
+    busy = BUSY.format(seconds=seconds, parent=os.getpid())
+    procs = [subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.DEVNULL) for _ in range(count)]
     try:
         yield procs
     finally:

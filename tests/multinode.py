@@ -45,6 +45,7 @@ for step in range(args.steps):
     recorder.end_step(step, samples=32 * dist.get_world_size(), data_s=0.0, lr=None, scalars={"loss": loss.detach()})
 recorder.close(peak_memory_bytes=0)
 dist.destroy_process_group()
+os._exit(0)  # no interpreter teardown: gloo's exit race can abort it (perfgate.launch.diagnose.EXIT_ABORT)
 """
 SUITE = """
 from perfgate import Case, Flavour, parametrize

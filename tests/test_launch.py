@@ -26,10 +26,13 @@ SCRIPTS = {
     "hang": "if rank == 1:\n    time.sleep(3600)\ndist.barrier()",
 }
 
+ENDING = "\ndist.destroy_process_group()\nsys.stdout.flush()\nos._exit(0)\n"
+"""How a finished rank leaves, as the workloads do: Python's own exit can abort it (diagnose.EXIT_ABORT)."""
+
 
 def spec(tmp_path, name, **kwargs):
     script = tmp_path / f"{name}.py"
-    script.write_text(PRELUDE + textwrap.dedent(SCRIPTS[name]) + "\ndist.destroy_process_group()\n")
+    script.write_text(PRELUDE + textwrap.dedent(SCRIPTS[name]) + ENDING)
     defaults = {"nodes": 1, "procs_per_node": 2, "timeout_s": 60.0}
     return LaunchSpec(entry=[str(script)], workdir=tmp_path / "run", **{**defaults, **kwargs})
 
@@ -212,3 +215,17 @@ def test_a_run_that_hangs_after_its_work_is_done_is_killed_after_the_teardown_bo
     assert failure.value.kind == "timeout"
     assert failure.value.message.startswith("a rank did not exit within 2 s of the run's end record")
     assert time.monotonic() - started < 2 + 2 * KILL_GRACE_S + 10
+
+
+def test_a_rank_aborted_in_the_gloo_exit_race_is_a_crash_that_says_how_to_end_the_script(tmp_path):
+    """The last words a rank leaves when a gloo worker thread releases a collective while Python exits (seen in CI
+    from the own-style script): still a crash, with how to end a script so it cannot happen."""
+    from perfgate.launch.diagnose import diagnose_failure
+
+    spec = LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=1)
+    aborted = diagnose_failure(spec, [1], rank_logs(tmp_path, ["terminate called without an active exception"]))
+    assert aborted.kind == "crashed" and "killed by signal SIGABRT" in aborted.message
+    assert aborted.message.endswith("then os._exit(0), as perfgate's workloads do.")
+    crashed = LaunchSpec(entry=["w.py"], workdir=tmp_path / "crashed", nodes=1)
+    other = diagnose_failure(crashed, [1], rank_logs(crashed.workdir, ["RuntimeError: planted"]))
+    assert "killed by signal SIGABRT" in other.message and "os._exit" not in other.message

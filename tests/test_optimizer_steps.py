@@ -160,9 +160,40 @@ def test_a_script_that_never_steps_a_torch_optimizer_stops_with_what_the_hook_sa
 
 
 def test_a_script_that_ends_before_the_steps_asked_for_says_so(tmp_path):
+    """The own-style script leaves through os._exit(0), as a script avoiding gloo's exit race does."""
     done, steps, _ = instrument(tmp_path, program=["train.py", "--max-iters=3"], cwd=OWN_SCRIPT, steps=7)
     assert done.returncode == 2 and len(steps) == 3
     assert "error: the script ended after 3 step(s)" in done.stderr and "before the 7 optimizer steps" in done.stderr
+
+
+SHORT = """
+    import multiprocessing, os, sys, torch
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for it in range({iters}):
+        if it == 1:  # a forked helper (as a loader worker is) leaving through os._exit(0) ends only itself
+            child = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
+            child.start(); child.join()
+            assert child.exitcode == 0, child.exitcode
+        model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
+    {ending}
+"""
+
+
+@pytest.mark.parametrize("ending, code, says", [
+    ("sys.exit(0)", 2, "error: the script ended after 3 step(s)"),
+    ("sys.exit('out of data')", 1, "out of data"),
+    ("os._exit(3)", 3, ""),
+], ids=["sys.exit(0)", "sys.exit(message)", "os._exit(3)"])
+def test_however_a_script_ends_early_it_says_so_and_a_failing_exit_keeps_its_code(tmp_path, ending, code, says):
+    done, steps, _ = instrument(tmp_path, SHORT.format(iters=3, ending=ending), steps=7)
+    assert done.returncode == code and len(steps) == 3, done.stderr
+    assert says in done.stderr
+
+
+def test_a_forked_child_exits_as_it_would_and_the_script_still_ends_at_the_steps_asked_for(tmp_path):
+    done, steps, end = instrument(tmp_path, SHORT.format(iters=100, ending="os._exit(0)"), steps=5)
+    assert done.returncode == 0 and len(steps) == 5 and end["steps_run"] == 5, done.stderr
 
 
 # 64 steps: with 16 (a 65 ms window of 5 ms steps) the CPU clock of an unchanged session once read +33 % in CI on

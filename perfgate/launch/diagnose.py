@@ -25,6 +25,13 @@ NCCL_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout")
 """ProcessGroupNCCL's watchdog aborting a collective that did not finish within the group's timeout: a hang."""
 USAGE_ERROR = re.compile(r"^[\w.-]+: error: ", re.M)
 """argparse's last line when a workload rejects its arguments: ``unet3d_train.py: error: ...``."""
+EXIT_ABORT = re.compile(r"terminate called without an active exception\s*\Z")
+"""A rank's last words when a gloo worker thread released a finished collective's work (which holds a Python object)
+after the interpreter had begun to exit: the thread exits while unwinding a noexcept destructor (pytorch PR 179291)."""
+EXIT_ABORT_HINT = (
+    "\nA rank whose log ends this way was most likely aborted in torch's gloo teardown race after its work was done: "
+    "a gloo worker thread released the last collective while Python was exiting. End the script with "
+    "dist.destroy_process_group(), flush its logs, then os._exit(0), as perfgate's workloads do.")
 
 
 class LaunchFailed(Exception):
@@ -132,10 +139,11 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
         rank, node, local_rank, code, path, last_lines = causes[0]
         kind = failure_kind(last_lines)
         hung = "a collective hung and the NCCL watchdog ended it: " if NCCL_WATCHDOG.search(last_lines) else ""
+        hint = EXIT_ABORT_HINT if code == -signal.SIGABRT and EXIT_ABORT.search(last_lines) else ""
         return LaunchFailed(
             kind,
             f"{hung}rank {rank} ({where(node)}, local rank {local_rank}) failed: {exit_description(code)}.\n"
-            f"Last lines of {path}:\n{last_lines}",
+            f"Last lines of {path}:\n{last_lines}{hint}",
             path,
         )
     node = next(i for i, code in enumerate(codes) if code != 0)

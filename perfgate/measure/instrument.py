@@ -24,8 +24,9 @@ What counts as a step, and the traps in how torch, Lightning and accelerate impl
   telling their loss scaler ``update_scale(True)``: that call marks the skip, as the GradScaler's ``update`` does.
 - Lightning runs forward and backward inside ``optimizer.step(closure)``; only the post hook is used, so the
   step-to-step interval is the whole iteration either way.
-- A script that ends, or runs ``--no-step-timeout`` seconds, without the steps asked for (a wrong entry, an
-  optimizer that is not a ``torch.optim.Optimizer``) stops with an error naming the hook and what it saw.
+- A script that ends (returning, ``sys.exit(0)`` or ``os._exit(0)``), or runs ``--no-step-timeout`` seconds, without
+  the steps asked for (a wrong entry, an optimizer that is not a ``torch.optim.Optimizer``) stops with an error
+  naming the hook and what it saw; a failing exit keeps its own code and message.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import sys
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import torch
 import torch.distributed as dist
@@ -48,13 +49,15 @@ from perfgate.measure.plant import SlowdownInjector
 from perfgate.records.steps import StepRecorder
 
 PROG = "perfgate.measure.instrument"
+_exit = os._exit
+"""The real ``os._exit``: the script's own calls go through ``ended_early`` while it runs."""
 
 
 def fail(message: str) -> NoReturn:
     """A setup error, worded as a usage error so the launch names it as one; leaves at once (the script's threads
     and collectives are not waited for)."""
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
-    os._exit(2)
+    _exit(2)
 
 
 class OptimizerStepCounter:
@@ -188,7 +191,7 @@ class OptimizerStepCounter:
             dist.barrier()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        _exit(0)
 
     def seen(self) -> str:
         others = ", ".join(f"{n} x{c}" for n, c in self.other_steps.items()) or "none"
@@ -228,6 +231,27 @@ def run_program(program: Sequence[str]) -> None:
     runpy.run_path(program[0], run_name="__main__")
 
 
+def run_to_its_end(program: Sequence[str], ended_early: Callable[[], NoReturn]) -> NoReturn:
+    """Runs the script; its successful end, however it ends (returning, ``sys.exit(0)``, or ``os._exit(0)``, which
+    scripts use to skip gloo's racy teardown), comes before the steps asked for, since the last one leaves from the
+    hook: that is ``ended_early``. A failing exit keeps its code, as a crash. Forked children (loader workers) exit
+    as they would."""
+    script_pid = os.getpid()
+
+    def script_exit(code: int) -> NoReturn:
+        if code == 0 and os.getpid() == script_pid:
+            ended_early()
+        _exit(code)
+
+    os._exit = script_exit
+    try:
+        run_program(program)
+    except SystemExit as leaving:
+        if leaving.code not in (0, None):
+            raise
+    ended_early()
+
+
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=Path, required=True, help="where rank 0 writes the step records")
@@ -258,9 +282,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     counter = OptimizerStepCounter(args, int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
     counter.install()
     watch_for_steps(counter, args.no_step_timeout)
-    run_program(args.program)
-    fail(f"the script ended after {counter.seen()}, before the {counter.target} optimizer steps asked for: give it "
-         "more iterations, or the case fewer steps")
+    run_to_its_end(args.program, lambda: fail(
+        f"the script ended after {counter.seen()}, before the {counter.target} optimizer steps asked for: give it "
+        "more iterations, or the case fewer steps"))
 
 
 if __name__ == "__main__":
