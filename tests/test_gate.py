@@ -11,13 +11,14 @@ from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
 from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UngatedMetricWarning
+from perfgate.judge.gate import Gate, HostSpinWarning, StaleBaselineWarning, StoredBaseline, UngatedMetricWarning
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchSpec
 from perfgate.measure import stats
 from perfgate.measure.measurer import Measurement
 from perfgate.outcome import CaseFailed, CaseSkipped
+from perfgate.records import host_wait
 from perfgate.report import terminal
 
 METRIC = "samples_per_second"
@@ -425,6 +426,32 @@ def test_a_gated_instruction_count_the_host_cannot_count_is_left_out_saying_why(
                                                   f"\\({refused}\\)"):
         checker.check()
     assert list(baselines.load(plan.baseline_file).metrics) == [METRIC]
+
+
+@pytest.mark.parametrize("waits, warned", [(host_wait.SPINS, True), (host_wait.BLOCKING, False)])
+def test_gating_host_cpu_of_a_host_that_spun_for_the_gpu_warns_that_it_read_the_devices_time(tmp_path, waits, warned):
+    """On one H200 a spinning host's CPU per step was the step's time (48.5 of 48.5 ms): gated, it would add nothing."""
+
+    class GpuMeasurer(FakeMeasurer):
+        def launch_once(self, planned):
+            self.measurement.runs.append({"run": self.launches, "facts": {"start": {"host_wait": waits}},
+                                          "metrics": {METRIC: 100.0, "host_cpu_per_step_s": 0.0485}})
+            self.launches += 1
+
+    case = Case("w", "c", ("w.py",), gpu=Flavour({}, tolerance_floor=0.02), gated=(METRIC, "host_cpu_per_step_s"))
+    plan = Plan(CaseRun(case, "gpu"), LaunchSpec(entry=(), workdir=tmp_path / "work"),
+                Hardware("cpu", 16, "NVIDIA H200", 1),
+                "k", DETECTED, 1, 10, 1, tmp_path / "b" / "k" / "w-c-gpu.json", "suite.py::test[c-gpu]")
+    checker = Gate(plan, Settings(repeats=3, baseline_repeats=3, update_baselines=True), GpuMeasurer(plan, []),
+                   StoredBaseline(plan.baseline_file), root=plan.spec.workdir, nvml=lambda: (None, "no NVML here"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        checker.check()
+    said = [str(w.message) for w in caught if issubclass(w.category, HostSpinWarning)]
+    assert bool(said) == warned, said
+    if warned:
+        assert "give the case's GPU flavour {'host-wait': 'block'}" in said[0]
+    assert "host_cpu_per_step_s" in baselines.load(plan.baseline_file).metrics
 
 
 def test_ab_judges_the_cpu_clock_with_the_ab_tolerance_and_the_wall_clock_with_the_flavours_wider_floor(tmp_path):

@@ -49,6 +49,7 @@ def assert_trained(records, steps):
     assert records.start["cudnn_benchmark"] is True and records.end["cudagraph_skips"] == 0
     counted = all(s.instructions and s.instructions > 0 for s in records.steps)
     assert counted == records.start["instruction_clock"].startswith("user-space"), records.start["instruction_clock"]
+    assert records.start["host_wait"] == "not a GPU run"
 
 
 def test_resnet50_trains_on_two_gloo_ranks(tmp_path, no_leftovers):
@@ -84,6 +85,12 @@ def test_dali_or_apex_asked_for_but_missing_is_a_one_line_usage_error(unet3d, mo
         with pytest.raises(SystemExit) as exc:
             unet3d.parse_args(option)
         assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_blocking_sync_asked_for_without_a_gpu_is_a_usage_error(unet3d, capsys):
+    with pytest.raises(SystemExit) as exc:
+        unet3d.parse_args(["--device", "cpu", "--host-wait", "block"])
+    assert exc.value.code == 2 and "--host-wait block sets how the host waits for a GPU" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text, fault", [("crash@1:3", ("crash", 1, 3)), ("hang@0:end", ("hang", 0, None))])

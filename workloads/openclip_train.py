@@ -129,7 +129,7 @@ def make_passes(args: argparse.Namespace, env: common.Distributed, dataset: Synt
 def main(argv: list[str] | None = None) -> NoReturn:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATEFMT, stream=sys.stderr)
-    env = common.init_distributed(args.device)
+    env = common.init_distributed(args.device, args.host_wait)
     device = env.device
     torch.manual_seed(args.seed + env.rank)
     common.set_math_mode(args.precision, args.cudnn_benchmark)

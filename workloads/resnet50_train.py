@@ -128,7 +128,7 @@ def make_batches(args: argparse.Namespace, env: common.Distributed, batches: int
 
 def main(argv: list[str] | None = None) -> NoReturn:
     args = parse_args(argv)
-    env = common.init_distributed(args.device)
+    env = common.init_distributed(args.device, args.host_wait)
     torch.manual_seed(args.seed + env.rank)
     common.set_math_mode(args.precision, args.cudnn_benchmark)
 

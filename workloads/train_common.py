@@ -34,6 +34,7 @@ import machine_probe
 import torch_compat
 from perfgate.measure import flops, stats
 from perfgate.measure.plant import SlowdownInjector
+from perfgate.records.host_wait import SPINS, block_while_waiting
 from perfgate.records.steps import StepRecorder
 
 PRECISIONS = ("fp32", "tf32", "amp", "amp_bf16")
@@ -70,6 +71,12 @@ def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: 
         "train.py and open_clip_train's main set it",
     )
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--host-wait", choices=("auto", "block"), default="auto",
+        help="how the host waits for the GPU: auto, CUDA's default (spins while cores are free, so the host's CPU "
+        "time per step is the step's); block: sleeps (CU_CTX_SCHED_BLOCKING_SYNC), so its CPU time is its own "
+        "work, for gating host_cpu_per_step_s on GPU",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--records", type=Path, help="rank 0 appends JSON step records here")
     parser.add_argument(
@@ -144,6 +151,8 @@ def common_problems(args: argparse.Namespace) -> list[str]:
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if args.device == "cuda" and not torch.cuda.is_available():
         problems.append("--device cuda was asked for but torch sees no CUDA device")
+    if args.host_wait == "block" and not cuda:
+        problems.append("--host-wait block sets how the host waits for a GPU: it needs a CUDA device")
     if args.cuda_graphs and not cuda:
         problems.append("--cuda-graphs needs a CUDA device")
     if getattr(args, "precision", None) == "amp" and not cuda:
@@ -169,22 +178,27 @@ class Distributed:
     rank: int
     local_rank: int
     world_size: int
+    host_wait: str
+    """How the host waits for the GPU (records.host_wait), for the start record."""
 
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
 
 
-def init_distributed(device_arg: str) -> Distributed:
-    """Joins the torchrun job: nccl with one GPU per rank, or gloo on the CPU."""
+def init_distributed(device_arg: str, host_wait: str = "auto") -> Distributed:
+    """Joins the torchrun job: nccl with one GPU per rank, or gloo on the CPU; ``host_wait`` "block" makes the
+    host sleep while it waits for its GPU, set before torch creates the GPU's context."""
     use_cuda = device_arg == "cuda" or (device_arg == "auto" and torch.cuda.is_available())
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    waits = "not a GPU run"
     if use_cuda:
+        waits = block_while_waiting(local_rank) if host_wait == "block" else SPINS
         torch.cuda.set_device(device)
     dist.init_process_group(backend="nccl" if use_cuda else "gloo",
                             **torch_compat.process_group_device(device if use_cuda else None))
-    return Distributed(device, dist.get_rank(), local_rank, dist.get_world_size())
+    return Distributed(device, dist.get_rank(), local_rank, dist.get_world_size(), waits)
 
 
 def set_math_mode(precision: str, cudnn_benchmark: bool) -> None:
@@ -425,7 +439,7 @@ class Trainer:
             steps=args.steps, device=env.device.type,
             device_name=torch.cuda.get_device_name(env.device) if env.cuda else "cpu", torch=torch.__version__,
             injected_slowdown=args.inject_slowdown, cudnn_benchmark=torch.backends.cudnn.benchmark,
-            instruction_clock=self.recorder.instruction_clock, **facts,
+            instruction_clock=self.recorder.instruction_clock, host_wait=env.host_wait, **facts,
         )
 
     def count_flops(self, model: torch.nn.Module, step: Callable[[], torch.Tensor], samples: int) -> float | None:

@@ -196,7 +196,7 @@ def make_batches(args: argparse.Namespace, env: common.Distributed, paths: tuple
 
 def main(argv: list[str] | None = None) -> NoReturn:
     args = parse_args(argv)
-    env = common.init_distributed(args.device)
+    env = common.init_distributed(args.device, args.host_wait)
     torch.manual_seed(args.seed)
     common.set_math_mode(args.precision, args.cudnn_benchmark)
 

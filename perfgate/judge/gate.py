@@ -22,6 +22,7 @@ from perfgate.measure import gpu_monitor, metrics, stats
 from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed, CaseSkipped
+from perfgate.records import host_wait
 
 
 class StaleBaselineWarning(UserWarning):
@@ -33,8 +34,7 @@ def why_absent(measurement: Measurement, name: str) -> str:
     fact = METRICS[name].why_absent
     if fact is None:
         return ""
-    said = sorted({str(run["facts"]["start"][fact]) for run in measurement.runs
-                   if (run.get("facts") or {}).get("start", {}).get(fact)})
+    said = sorted(set(measurement.start_facts(fact)))
     return f" ({'; '.join(said)})" if said else ""
 
 
@@ -45,6 +45,10 @@ class UngatedMetricWarning(UserWarning):
 class PlantNotTakenWarning(UserWarning):
     """A planted slowdown moved a gated metric by less than half of what it should: a gate proven with that plant
     proves nothing."""
+
+
+class HostSpinWarning(UserWarning):
+    """host_cpu_per_step_s is gated on runs whose host spun while it waited for the GPU: it read the device's time."""
 
 
 PLANT_TAKEN = 0.5
@@ -239,6 +243,12 @@ class Gate:
         for name in run.gated:
             if name not in measured:
                 self.note_ungated([name], "the runs did not measure it" + why_absent(measurement, name))
+        if "host_cpu_per_step_s" in measured and any(str(fact).startswith(host_wait.SPINS) for fact in
+                                                     measurement.start_facts("host_wait")):
+            warnings.warn(HostSpinWarning(
+                f"{run.key}: host_cpu_per_step_s is gated, but the host spun while it waited for the GPU, so its CPU "
+                "time per step is the step's time, not its work: give the case's GPU flavour {'host-wait': 'block'} "
+                "(docs/clocks.md)"))
         return measured
 
     def note_ungated(self, names: list[str], why: str) -> None:
