@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -89,7 +90,8 @@ def outcome(suite_dir):
     ("crash", "crashed", ["rank 1 (node 0, local rank 1) failed: exit code 13",
                           "perfgate injected fault: crash on rank 1 at step 2"]),
     ("kill", "crashed", ["rank 1 (node 0, local rank 1) failed: killed by signal SIGKILL"]),
-    ("hang", "timeout", ["no exit after the 45 s timeout", "killed every process of the run"]),
+    ("hang", "timeout", ["no exit after the 45 s timeout", "killed every process of the run",
+                         "wrote their Python stacks (every thread) at the end of their logs"]),
     ("oom", "out-of-memory", ["rank 0", "OutOfMemoryError", "configuration: "]),
     ("nan", "diverged", ["loss is not finite from step 2", "configuration: "]),
     ("bad-option", "setup-error", ["--base-channels must be >= 1, got 0"]),
@@ -104,6 +106,17 @@ def test_each_fault_is_classified_and_explained(outcome, case, verdict, says):
     for text in says:
         assert text in result["message"]
     assert f"unet3d-{case}-cpu" in output and verdict in output
+
+
+def test_a_hung_run_leaves_where_each_rank_was_in_its_log(outcome):
+    """Rank 1 hangs in the injected fault; rank 0 waits for it in a collective. Both say so before the kill."""
+    _, results, _ = outcome
+    workdir = Path(results["unet3d-hang-cpu"]["workdir"])
+    logs = {rank: sorted(workdir.glob(f"run0/node0/*/attempt_*/{rank}/stderr.log")) for rank in (0, 1)}
+    assert all(len(found) == 1 for found in logs.values()), logs
+    hung, waiting = logs[1][0].read_text(), logs[0][0].read_text()
+    assert "most recent call first" in hung and "in _fail" in hung, hung[-2000:]
+    assert "most recent call first" in waiting and "in train_step" in waiting, waiting[-2000:]
 
 
 def test_a_rank_failing_in_teardown_keeps_the_finished_measurement_with_a_warning(outcome):

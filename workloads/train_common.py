@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import machine_probe
 import torch_compat
+from perfgate.launch.hang_stacks import tell_stacks_on_request
 from perfgate.measure import flops, stats
 from perfgate.measure.plant import SlowdownInjector
 from perfgate.records.host_wait import SPINS, block_while_waiting
@@ -188,7 +189,9 @@ class Distributed:
 
 def init_distributed(device_arg: str, host_wait: str = "auto") -> Distributed:
     """Joins the torchrun job: nccl with one GPU per rank, or gloo on the CPU; ``host_wait`` "block" makes the
-    host sleep while it waits for its GPU, set before torch creates the GPU's context."""
+    host sleep while it waits for its GPU, set before torch creates the GPU's context. From here on the rank
+    writes its stacks to its log when the launcher finds the run hung (launch.hang_stacks)."""
+    tell_stacks_on_request()
     use_cuda = device_arg == "cuda" or (device_arg == "auto" and torch.cuda.is_available())
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")

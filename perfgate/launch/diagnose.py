@@ -46,6 +46,17 @@ class LaunchFailed(Exception):
         """The agents' command lines, as LaunchResult has them (empty if none started)."""
 
 
+def with_stacks(failure: LaunchFailed, answered: int, where: str) -> LaunchFailed:
+    """A hang's failure, saying where the stacks its processes wrote before the kill are."""
+    if not answered:
+        return failure
+    said = LaunchFailed(failure.kind, f"{failure.message}\nWhere it hung: {answered} process(es) of the run wrote "
+                        f"their Python stacks (every thread) at the end of their logs, {where}",
+                        failure.log_path)
+    said.commands = failure.commands
+    return said
+
+
 def teardown_hung(spec: LaunchSpec, logs: Sequence[Path]) -> LaunchFailed:
     """The run wrote its end record (its measurement is complete) and then did not exit: a hung teardown."""
     return LaunchFailed(

@@ -12,8 +12,9 @@ import time
 import uuid
 from typing import Mapping
 
-from perfgate.launch.agents import agent_command, free_port, kill_run, start_logged, wait_for_agents
-from perfgate.launch.diagnose import LaunchFailed, diagnose_failure
+from perfgate.launch.agents import agent_command, free_port, kill_run, run_processes, start_logged, wait_for_agents
+from perfgate.launch.diagnose import LaunchFailed, diagnose_failure, with_stacks
+from perfgate.launch.hang_stacks import request_stacks
 from perfgate.launch.hardware import Hardware, detect
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll
 
@@ -39,7 +40,9 @@ def launch(spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
         wait_for_agents(agents, spec, start, on_poll, logs)
     except LaunchFailed as timed_out:
         timed_out.commands = tuple(commands)
-        raise
+        answered = request_stacks(proc.pid for proc in run_processes(run_id))
+        raise with_stacks(timed_out, answered, f"each rank's in {spec.workdir}/node*/*/attempt_*/RANK/stderr.log "
+                          "(its loader workers' there too)") from None
     finally:
         kill_run(agents, run_id)
     codes = [agent.returncode for agent in agents]

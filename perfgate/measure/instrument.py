@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from perfgate.launch.hang_stacks import tell_stacks_on_request
 from perfgate.measure.plant import SlowdownInjector
 from perfgate.records.steps import StepRecorder
 
@@ -282,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     counter = OptimizerStepCounter(args, int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
     counter.install()
     watch_for_steps(counter, args.no_step_timeout)
+    tell_stacks_on_request()
     run_to_its_end(args.program, lambda: fail(
         f"the script ended after {counter.seen()}, before the {counter.target} optimizer steps asked for: give it "
         "more iterations, or the case fewer steps"))

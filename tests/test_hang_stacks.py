@@ -1,0 +1,61 @@
+"""Where a hung run was: processes that registered for it write their stacks, forked children included, and a
+process that did not (torchrun's agent) is left alone rather than killed by the signal's default action."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from perfgate.launch.hang_stacks import catches, request_stacks
+
+REPO = Path(__file__).resolve().parent.parent
+HANGS = """
+import os, sys, time
+from perfgate.launch.hang_stacks import tell_stacks_on_request
+{register}
+def waiting_for_a_peer_that_never_comes():
+    time.sleep(600)
+if {fork} and os.fork() == 0:
+    waiting_for_a_peer_that_never_comes()
+print("ready", flush=True)
+waiting_for_a_peer_that_never_comes()
+"""
+
+
+def start(tmp_path, name, register, fork=False):
+    log = (tmp_path / f"{name}.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-c", HANGS.format(register=register, fork=fork)], stdout=subprocess.PIPE,
+                            stderr=log, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.readline().strip() == "ready"
+    return proc, tmp_path / f"{name}.log"
+
+
+def test_a_hung_rank_and_its_forked_worker_write_their_stacks_and_an_unregistered_process_lives_on(tmp_path):
+    rank, rank_log = start(tmp_path, "rank", "tell_stacks_on_request()", fork=True)
+    agent, agent_log = start(tmp_path, "agent", "")
+    try:
+        worker = psutil.Process(rank.pid).children()
+        assert len(worker) == 1
+        pids = [rank.pid, worker[0].pid, agent.pid]
+        assert [catches(pid) for pid in pids] == [True, True, False]
+        assert request_stacks(pids) == 2
+        time.sleep(0.5)
+        text = rank_log.read_text()
+        assert text.count("most recent call first") == 2, text
+        assert text.count("in waiting_for_a_peer_that_never_comes") == 2, text
+        assert agent.poll() is None and rank.poll() is None, "the signal ended a process"
+        assert agent_log.read_text() == ""
+    finally:
+        for proc in psutil.Process(rank.pid).children() + [psutil.Process(rank.pid), psutil.Process(agent.pid)]:
+            proc.kill()
+        rank.wait()
+        agent.wait()
+
+
+def test_a_process_that_is_gone_is_passed_over():
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert not catches(gone.pid) and request_stacks([gone.pid]) == 0
