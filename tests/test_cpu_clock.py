@@ -93,10 +93,13 @@ def test_a_dataloaders_workers_count_on_the_cpu_clock_so_a_slower_pipeline_shows
     recorder.close()
     records = read_records(tmp_path / "steps.jsonl")
     workers = sum(s.workers_cpu_s for s in records.steps)
-    assert workers == pytest.approx(64 * 0.02, rel=0.25)
     measured = compute(records, warmup=0)
+    # What the items and steps burnt is a floor; forking, pickling and a host's slow spells only add to it
+    # (idle: +5 % for the workers, +10 % per sample; one CI run: +33 % per sample). Counting a worker twice
+    # would read +85 %.
+    assert 0.95 <= workers / (64 * 0.02) <= 1.6
+    assert 0.95 <= measured.cpu_seconds_per_sample / (0.02 + 0.0025) <= 1.6
     assert measured.workers_cpu_share > 0.6
-    assert measured.cpu_seconds_per_sample == pytest.approx(0.02 + 0.0025, rel=0.3)
 
 
 def steps(cpu_s, workers_cpu_s=None, samples=8, step_s=0.1):
