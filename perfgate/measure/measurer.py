@@ -80,9 +80,9 @@ class Measurement:
         return [run["metrics"][metric] for run in self.runs if run["metrics"].get(metric) is not None]
 
     def start_facts(self, fact: str) -> list[Any]:
-        """What the runs' start records say of ``fact``, where they say it."""
+        """What the runs' start records say of ``fact``, where they say something."""
         return [run["facts"]["start"][fact] for run in self.runs
-                if (run.get("facts") or {}).get("start", {}).get(fact) is not None]
+                if (run.get("facts") or {}).get("start", {}).get(fact)]
 
     def disturbed(self, floors: Mapping[str, float]) -> list[int]:
         """The numbers of the runs that any gated metric finds disturbed (see stats.disturbed); ``floors`` maps each
