@@ -81,8 +81,8 @@ def outcome(suite_dir):
 
     Two xdist workers, so that the hang's 45 s timeout overlaps the other scenarios: none of them is timed."""
     before = baseline_files(suite_dir)
-    done = subprocess.run(pytest_args(suite_dir, "-k", "not slow", "-n", "2", "--perf-teardown-timeout", "5"), cwd=suite_dir, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(pytest_args(suite_dir, "-k", "not slow", "-n", "2", "--perf-teardown-timeout", "15"),
+                          cwd=suite_dir, capture_output=True, text=True, timeout=600)
     return done.stdout + done.stderr, results_of(suite_dir / "tmp"), before
 
 
@@ -137,8 +137,8 @@ def test_a_rank_hanging_in_teardown_is_killed_soon_after_the_end_record_and_the_
     assert result["verdict"] == "no-baseline", result.get("message")
     assert result["measured"]["samples_per_second"] > 0
     causes = {(failure["kind"], failure["cause"].split(" (")[0]) for failure in result["teardown_failures"]}
-    assert causes == {("timeout", "a rank did not exit within 5 s of the run's end record")}
-    assert all(run["time_s"]["teardown_s"] < 25 for run in result["per_run"])
+    assert causes == {("timeout", "a rank did not exit within 15 s of the run's end record")}
+    assert all(run["time_s"]["teardown_s"] < 35 for run in result["per_run"])
     assert "TeardownFailureWarning: unet3d-teardown-hang-cpu: run 1 finished its steps and end record, then timeout" \
         in output
 

@@ -395,12 +395,20 @@ class Fault:
         self._fail(f"perfgate injected fault: {self.kind} on rank {rank} at step {step}")
 
     def strike_at_end(self, rank: int) -> None:
-        """Fails here, after the run's end record, if this is the rank of an ``end`` fault."""
-        if rank == self.rank and self.step is None:
-            self._fail(f"perfgate injected fault: {self.kind} on rank {rank} at teardown, after the end record")
+        """Fails here, after the run's end record, if this is the rank of an ``end`` fault.
 
-    def _fail(self, message: str) -> NoReturn:
+        A crash here leaves at once with its exit code: Python's own teardown would first spend about a second
+        freeing torch (and can deadlock in gloo's, see leave_without_teardown), which a loaded host stretches
+        past the launcher's teardown bound and turns the planted crash into a hang."""
+        if rank == self.rank and self.step is None:
+            self._fail(f"perfgate injected fault: {self.kind} on rank {rank} at teardown, after the end record",
+                       at_once=True)
+
+    def _fail(self, message: str, at_once: bool = False) -> NoReturn:
         print(message, file=sys.stderr, flush=True)
+        if self.kind == "crash" and at_once:
+            sys.stdout.flush()
+            os._exit(13)
         if self.kind == "crash":
             raise SystemExit(13)
         if self.kind == "kill":
