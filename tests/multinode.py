@@ -17,6 +17,7 @@ import argparse, os, pathlib, time
 import torch
 import torch.distributed as dist
 from perfgate import StepRecorder
+from perfgate.launch.hang_stacks import tell_stacks_on_request
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int)
@@ -24,6 +25,7 @@ parser.add_argument("--records", type=pathlib.Path)
 parser.add_argument("--crash-node", type=int, default=-1)
 parser.add_argument("--hang", action="store_true")
 args = parser.parse_args()
+tell_stacks_on_request()
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
@@ -64,6 +66,15 @@ CASES = [
 def test_toy(perfgate, case):
     perfgate.check(case)
 """
+
+
+def check_each_rank_wrote_its_stack(root: Path, test_dir: str) -> None:
+    """The hang case's two nodes, one rank each: each rank's log ends with its stack, in the toy's loop."""
+    logs = sorted(root.glob(f"**/{test_dir}/run0/node*/*/attempt_*/0/stderr.log"))
+    assert len(logs) == 2, logs
+    for log in logs:
+        text = log.read_text()
+        assert "most recent call first" in text and "<module>" in text, text[-2000:]
 
 
 def write_suite(pytester):

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 
 from perfgate.launch.hang_stacks import catches, request_stacks
+from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 HANGS = """
@@ -25,10 +26,10 @@ waiting_for_a_peer_that_never_comes()
 """
 
 
-def start(tmp_path, name, register, fork=False):
+def start(tmp_path, name, register, fork=False, **env):
     log = (tmp_path / f"{name}.log").open("w")
     proc = subprocess.Popen([sys.executable, "-c", HANGS.format(register=register, fork=fork)], stdout=subprocess.PIPE,
-                            stderr=log, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                            stderr=log, text=True, env={**os.environ, "PYTHONPATH": str(REPO), **env})
     assert proc.stdout.readline().strip() == "ready"
     return proc, tmp_path / f"{name}.log"
 
@@ -59,3 +60,25 @@ def test_a_process_that_is_gone_is_passed_over():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     assert not catches(gone.pid) and request_stacks([gone.pid]) == 0
+
+
+def test_on_a_shared_host_the_stacks_of_one_node_are_asked_for_and_the_reap_ends_only_the_run(tmp_path):
+    """What the remote launchers run on each host: two nodes of a run share this one, as in their tests."""
+    tag = {RUN_ID_ENV: f"perfgate-test-{os.getpid()}"}
+    node0, node0_log = start(tmp_path, "node0", "tell_stacks_on_request()", **tag, **{NODE_ENV: "0"})
+    node1, node1_log = start(tmp_path, "node1", "tell_stacks_on_request()", **tag, **{NODE_ENV: "1"})
+    other, _ = start(tmp_path, "other", "tell_stacks_on_request()")
+    try:
+        on_host = [sys.executable, "-m", "perfgate.launch.on_host"]
+        asked = subprocess.run([*on_host, "--stacks", tag[RUN_ID_ENV], "--node", "0"], capture_output=True,
+                               text=True, cwd=REPO, check=True)
+        assert asked.stdout.split() == ["1"]
+        assert "in waiting_for_a_peer_that_never_comes" in node0_log.read_text()
+        assert node1_log.read_text() == ""
+        subprocess.run([*on_host, "--reap", tag[RUN_ID_ENV]], cwd=REPO, check=True, timeout=60)
+        assert node0.wait(timeout=10) is not None and node1.wait(timeout=10) is not None
+        assert other.poll() is None, "the reap ended a process of no run"
+    finally:
+        for proc in (node0, node1, other):
+            proc.kill()
+            proc.wait()

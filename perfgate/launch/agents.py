@@ -22,7 +22,7 @@ import psutil
 
 from perfgate.launch.diagnose import LOG_TAIL_LINES, LaunchFailed, teardown_hung, timed_out
 from perfgate.launch.hardware import Hardware
-from perfgate.launch.spec import RUN_ID_ENV, LaunchSpec, Poll
+from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV, LaunchSpec, Poll
 
 PEER_GRACE_S = 10.0
 KILL_GRACE_S = 5.0
@@ -143,12 +143,14 @@ def wait_for_agents(agents: Sequence[subprocess.Popen], spec: LaunchSpec, start:
         time.sleep(POLL_S)
 
 
-def run_processes(run_id: str) -> list[psutil.Process]:
-    """Every live process tagged with this run's id, whoever its parent is now."""
+def run_processes(run_id: str, node: int | None = None) -> list[psutil.Process]:
+    """Every live process tagged with this run's id, whoever its parent is now; with ``node``, only that node's
+    (several nodes of a run can share a host, as in the launchers' tests)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get(RUN_ID_ENV) == run_id:
+            environ = proc.environ()
+            if environ.get(RUN_ID_ENV) == run_id and (node is None or environ.get(NODE_ENV) == str(node)):
                 found.append(proc)
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue

@@ -5,7 +5,8 @@
 ``--slurm-args``). That node side finds the step's first node and its address with ``scontrol`` and
 replaces itself with the torchrun agent, whose c10d endpoint is that node. Each node's agent log is
 ``agent<node>.log`` in the run's directory (``srun --output``), srun's own messages ``srun.log``.
-A timeout, Ctrl-C or SIGTERM cancels the step (``scancel``), which ends its tasks on every node.
+A timeout, Ctrl-C or SIGTERM cancels the step (``scancel``), which ends its tasks on every node; before a hung
+step is cancelled, a step beside it asks its ranks for their stacks (``python -m perfgate.launch.on_host``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Mapping, Sequence
 
 from perfgate.launch.agents import (agent_command, free_port, kill_run, read_node_hardware, start_logged,
                                     wait_for_agents)
-from perfgate.launch.diagnose import LaunchFailed, diagnose_failure
+from perfgate.launch.diagnose import LaunchFailed, diagnose_failure, with_stacks
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.node_agent import become_agent
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll
@@ -70,7 +71,10 @@ class SlurmLauncher:
             wait_for_agents([srun], spec, start, on_poll, logs)
         except LaunchFailed as stopped:
             stopped.commands = (tuple(command),)
-            raise
+            if stopped.kind != "timeout":
+                raise
+            raise with_stacks(stopped, ask_for_stacks(spec, run_id),
+                              f"each rank's in {spec.workdir}/node*/*/attempt_*/RANK/stderr.log on its node") from None
         finally:
             if srun.poll() is None:
                 cancel_steps(run_id)
@@ -82,16 +86,42 @@ class SlurmLauncher:
         return LaunchResult(time.monotonic() - start, (tuple(command),), tuple(logs))
 
 
+def find_step(run_id: str) -> tuple[str, str] | None:
+    """The job step srun started for this run (named after it): its id (JOB.STEP) and node list; None if gone."""
+    listed = subprocess.run(["squeue", "--noheader", "--steps", "--format", "%i %j %N"], capture_output=True,
+                            text=True, timeout=30)
+    for line in listed.stdout.splitlines():
+        step, name, nodes = (line.split() + ["", ""])[:3]
+        if name == run_id:
+            return step, nodes
+    return None
+
+
 def cancel_steps(run_id: str) -> None:
-    """scancel the job step srun started for this run (named after it), so its tasks end on every node."""
+    """scancel the job step srun started for this run, so its tasks end on every node."""
     try:
-        listed = subprocess.run(["squeue", "--noheader", "--steps", "--format", "%i %j"], capture_output=True,
-                                text=True, timeout=30)
-        steps = [line.split()[0] for line in listed.stdout.splitlines() if line.split()[1:] == [run_id]]
-        if steps:
-            subprocess.run(["scancel", *steps], capture_output=True, timeout=30)
+        found = find_step(run_id)
+        if found:
+            subprocess.run(["scancel", found[0]], capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         print(f"perfgate: could not cancel SLURM step {run_id}: {exc}; check squeue", file=sys.stderr)
+
+
+def ask_for_stacks(spec: LaunchSpec, run_id: str) -> int:
+    """Before a hung step is cancelled: one more step in its job and on its nodes (``--overlap``, so the hung
+    step's CPUs do not hold it back) asks the run's processes on each node for their stacks; how many were asked.
+    0 where that step cannot run (a SLURM before 20.11 has no ``--overlap``): the hang is still ended."""
+    try:
+        found = find_step(run_id)
+        if not found:
+            return 0
+        step, nodes = found
+        asked = subprocess.run(["srun", "--jobid", step.split(".")[0], "--overlap", "--nodelist", nodes,
+                                "--ntasks-per-node", "1", spec.python, "-m", "perfgate.launch.on_host",
+                                "--stacks", run_id], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(int(count) for count in asked.stdout.split() if count.isdigit())
 
 
 def diagnose_srun(spec: LaunchSpec, code: int, logs: Sequence[Path], srun_log: Path) -> LaunchFailed:

@@ -4,24 +4,24 @@ ssh runs in BatchMode (a missing key fails at once instead of asking for a passw
 is perfgate's own argument list, each argument quoted for the remote shell, so nothing the user typed is
 run by a shell. Hosts share the repository's and the virtual environment's paths (a shared filesystem,
 or the same checkout on each), and the first host is the c10d endpoint. Each agent and rank carries the
-run's tag in its environment; when a run ends, ``python -m perfgate.launch.ssh --reap TAG`` on every host ends
-whatever of it is still alive there (a timeout, Ctrl-C and SIGTERM included).
+run's tag in its environment; when a run ends, ``python -m perfgate.launch.on_host --reap TAG`` on every host
+ends whatever of it is still alive there (a timeout, Ctrl-C and SIGTERM included). A run that hung is first asked
+for its stacks there (``--stacks TAG``), so each rank's log says where it was.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
 import subprocess
 import sys
 import time
 import uuid
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from perfgate.launch.agents import (free_port, kill_run, node_agent_command, read_node_hardware, run_processes,
+from perfgate.launch.agents import (free_port, kill_run, node_agent_command, read_node_hardware,
                                     start_logged, wait_for_agents)
-from perfgate.launch.diagnose import LaunchFailed, diagnose_failure
+from perfgate.launch.diagnose import LaunchFailed, diagnose_failure, with_stacks
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll
 
@@ -75,7 +75,10 @@ class SshLauncher:
             wait_for_agents(agents, spec, start, on_poll, logs)
         except LaunchFailed as stopped:
             stopped.commands = tuple(commands)
-            raise
+            if stopped.kind != "timeout":
+                raise
+            raise with_stacks(stopped, self.ask_for_stacks(hosts, run_id),
+                              f"each rank's in {spec.workdir}/node*/*/attempt_*/RANK/stderr.log on its host") from None
         finally:
             self.reap(hosts, run_id)
             kill_run(agents, None)
@@ -86,32 +89,34 @@ class SshLauncher:
             raise failure
         return LaunchResult(time.monotonic() - start, tuple(commands), tuple(logs))
 
+    def on_every_host(self, hosts: Sequence[str], action: Callable[[int], Sequence[str]]
+                      ) -> list[tuple[str, int, str, str]]:
+        """``python -m perfgate.launch.on_host ACTION`` on every host at once, ``action(node)`` its options; each host's
+        (host, exit code, stdout, stderr), a host that does not answer in 60 s killed and saying so."""
+        started = [(host, subprocess.Popen(
+            self.ssh(host, shlex.join([sys.executable, "-m", "perfgate.launch.on_host", *action(node)])),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True))
+            for node, host in enumerate(hosts)]
+        answers = []
+        for host, process in started:
+            try:
+                out, err = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, err = process.communicate()
+                err = f"no answer in 60 s {err}"
+            answers.append((host, process.returncode, out, err))
+        return answers
+
     def reap(self, hosts: Sequence[str], run_id: str) -> None:
         """Ends the run's processes on every host, found by their tag (an ssh client's death does not reach a
         remote process without a terminal)."""
-        reapers = [subprocess.Popen(self.ssh(host, shlex.join([sys.executable, "-m", "perfgate.launch.ssh", "--reap", run_id])),
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-                   for host in hosts]
-        for host, reaper in zip(hosts, reapers):
-            try:
-                _, err = reaper.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                reaper.kill()
-                err = b"no answer in 60 s"
-            if reaper.returncode:
-                print(f"perfgate: could not clean up run {run_id} on {host}: {err.decode(errors='replace').strip()}; "
+        for host, code, _, err in self.on_every_host(hosts, lambda node: ("--reap", run_id)):
+            if code:
+                print(f"perfgate: could not clean up run {run_id} on {host}: {err.strip()}; "
                       f"look for processes with {RUN_ID_ENV}={run_id} there", file=sys.stderr)
 
-
-def reap_here(run_id: str) -> None:
-    """What ``--reap`` runs on a host: SIGTERM, then SIGKILL, every process tagged with the run."""
-    kill_run([], run_id)
-    left = run_processes(run_id)
-    if left:
-        raise SystemExit(f"{len(left)} process(es) of {run_id} survived SIGKILL: {[p.pid for p in left]}")
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m perfgate.launch.ssh")
-    parser.add_argument("--reap", metavar="RUN_ID", required=True, help="end this run's processes on this host")
-    reap_here(parser.parse_args().reap)
+    def ask_for_stacks(self, hosts: Sequence[str], run_id: str) -> int:
+        """Before a hung run is reaped: how many of its processes, on all hosts, wrote their stacks to their logs."""
+        answers = self.on_every_host(hosts, lambda node: ("--stacks", run_id, "--node", str(node)))
+        return sum(int(out) for _, code, out, _ in answers if code == 0 and out.strip().isdigit())
