@@ -17,6 +17,7 @@ any step, like the fastest step on the wall clock, keeps only what the quickest 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -43,17 +44,21 @@ def window(records: RunRecords, warmup: int) -> list:
 
 
 def table(launches: list[list]) -> list[str]:
-    lines = ["| statistic | per launch | CV across launches |", "|---|---|---|"]
+    """Per statistic: its range, its CV across launches, and the standard deviation of the log ratio of each
+    launch to the one before it (the spread an A/B pair of two launches back to back would have)."""
+    lines = ["| statistic | per launch | CV across launches | sd of consecutive launches' ratio |",
+             "|---|---|---|---|"]
     for name, statistic in STATISTICS.items():
         values = [statistic(steps) for steps in launches]
         spread = statistics.stdev(values) / statistics.mean(values)
-        lines.append(f"| {name} | {min(values):.3f}..{max(values):.3f} | {spread:.1%} |")
+        consecutive = statistics.stdev(math.log(after / before) for before, after in zip(values, values[1:]))
+        lines.append(f"| {name} | {min(values):.3f}..{max(values):.3f} | {spread:.1%} | {consecutive:.1%} |")
     return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("records", type=Path, nargs="+", help="one step-records file per launch")
+    parser.add_argument("records", type=Path, nargs="+", help="one step-records file per launch, in launch order")
     parser.add_argument("--warmup", type=int, default=5, help="steps left out at the start of each launch")
     args = parser.parse_args()
     if len(args.records) < 3:

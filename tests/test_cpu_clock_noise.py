@@ -18,14 +18,26 @@ def launch(path, cpu_per_sample, slow_spell):
     return path
 
 
-def test_the_least_cpu_step_ignores_slow_spells_that_the_window_total_carries(tmp_path):
-    files = [launch(tmp_path / f"{i}.jsonl", 0.005, spell) for i, spell in enumerate((0, 2, 4))]
+def table_rows(files):
+    """The benchmark's table for these launches: each statistic's name to its other cells."""
     done = subprocess.run([sys.executable, str(BENCHMARK), "--warmup", "2", *map(str, files)],
                           capture_output=True, text=True, check=True)
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in done.stdout.splitlines()[2:]}
-    assert rows["CPU: least step ms/sample"] == ["5.000..5.000", "0.0% |"]
+    return {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in done.stdout.splitlines()[2:]}
+
+
+def test_the_least_cpu_step_ignores_slow_spells_that_the_window_total_carries(tmp_path):
+    files = [launch(tmp_path / f"{i}.jsonl", 0.005, spell) for i, spell in enumerate((0, 2, 4))]
+    rows = table_rows(files)
+    assert rows["CPU: least step ms/sample"] == ["5.000..5.000", "0.0%", "0.0% |"]
     assert rows["CPU: window ms/sample"][0] == "5.000..8.333"
-    assert float(rows["CPU: window ms/sample"][1].rstrip("% |")) > 20
+    assert float(rows["CPU: window ms/sample"][1].rstrip("%")) > 20
+
+
+def test_consecutive_launches_ratio_is_what_an_a_b_pair_of_them_would_spread(tmp_path):
+    """Window 5.000, 6.667, 8.333 ms/sample: the ratios to the launch before, log 1.333 and 1.25, differ by 0.065."""
+    files = [launch(tmp_path / f"{i}.jsonl", 0.005, spell) for i, spell in enumerate((0, 2, 4))]
+    rows = table_rows(files)
+    assert rows["CPU: window ms/sample"][2] == "4.6% |"
 
 
 def test_fewer_than_three_launches_is_a_usage_error(tmp_path):
