@@ -141,9 +141,13 @@ def real_loop(tmp_path, name, fraction=0.0, wait_s=0.0):
     return compute(read_records(tmp_path / f"{name}.jsonl"), warmup=2)
 
 
+@pytest.mark.serial
 def test_the_planted_slowdown_moves_the_cpu_clock_by_the_fraction(tmp_path):
     """The rate moves to 1 / (1 + F) within 3 points, what the plant must hold beside two busy processes (there a
-    plant that owed nothing after a step whose wall target came first measured 1.21-1.25 of the CPU time; 1.25 idle)."""
+    plant that owed nothing after a step whose wall target came first measured 1.21-1.25 of the CPU time; 1.25 idle).
+    Run alone: in a fresh clone's make test, beside the other xdist worker's launches (more than two busy processes),
+    the median step moved +20 % (ratio 0.831), and three busy processes take the window to +20..+27 % (see
+    docs/clocks.md); a busy process this test started would count as its loader worker."""
     natural, planted = real_loop(tmp_path, "none"), real_loop(tmp_path, "planted", fraction=0.25)
     assert natural.cpu_seconds_per_sample / planted.cpu_seconds_per_sample == pytest.approx(0.8, abs=0.03)
     assert natural.host_cpu_per_step_s / planted.host_cpu_per_step_s == pytest.approx(0.8, abs=0.03)
