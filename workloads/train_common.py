@@ -406,10 +406,10 @@ class Fault:
 
     def _fail(self, message: str, at_once: bool = False) -> NoReturn:
         print(message, file=sys.stderr, flush=True)
-        if self.kind == "crash" and at_once:
-            sys.stdout.flush()
-            os._exit(13)
         if self.kind == "crash":
+            if at_once:
+                sys.stdout.flush()
+                os._exit(13)
             raise SystemExit(13)
         if self.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)

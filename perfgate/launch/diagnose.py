@@ -46,12 +46,14 @@ class LaunchFailed(Exception):
         """The agents' command lines, as LaunchResult has them (empty if none started)."""
 
 
-def with_stacks(failure: LaunchFailed, answered: int, where: str) -> LaunchFailed:
-    """A hang's failure, saying where the stacks its processes wrote before the kill are."""
+def with_stacks(failure: LaunchFailed, answered: int, workdir: Path, place: str = "") -> LaunchFailed:
+    """A hang's failure, saying where the stacks its processes wrote before the kill are: each rank's log under the
+    run's ``workdir`` (``place``: on which machine, for the remote launchers)."""
     if not answered:
         return failure
     said = LaunchFailed(failure.kind, f"{failure.message}\nWhere it hung: {answered} process(es) of the run wrote "
-                        f"their Python stacks (every thread) at the end of their logs, {where}",
+                        f"their Python stacks (every thread) at the end of their logs, each rank's in "
+                        f"{workdir}/node*/*/attempt_*/RANK/stderr.log{place} (its loader workers' there too)",
                         failure.log_path)
     said.commands = failure.commands
     return said

@@ -41,8 +41,7 @@ def launch(spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
     except LaunchFailed as timed_out:
         timed_out.commands = tuple(commands)
         answered = request_stacks(proc.pid for proc in run_processes(run_id))
-        raise with_stacks(timed_out, answered, f"each rank's in {spec.workdir}/node*/*/attempt_*/RANK/stderr.log "
-                          "(its loader workers' there too)") from None
+        raise with_stacks(timed_out, answered, spec.workdir) from None
     finally:
         kill_run(agents, run_id)
     codes = [agent.returncode for agent in agents]

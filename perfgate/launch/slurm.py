@@ -73,8 +73,7 @@ class SlurmLauncher:
             stopped.commands = (tuple(command),)
             if stopped.kind != "timeout":
                 raise
-            raise with_stacks(stopped, ask_for_stacks(spec, run_id),
-                              f"each rank's in {spec.workdir}/node*/*/attempt_*/RANK/stderr.log on its node") from None
+            raise with_stacks(stopped, ask_for_stacks(spec, run_id), spec.workdir, " on its node") from None
         finally:
             if srun.poll() is None:
                 cancel_steps(run_id)

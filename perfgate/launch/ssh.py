@@ -77,8 +77,7 @@ class SshLauncher:
             stopped.commands = tuple(commands)
             if stopped.kind != "timeout":
                 raise
-            raise with_stacks(stopped, self.ask_for_stacks(hosts, run_id),
-                              f"each rank's in {spec.workdir}/node*/*/attempt_*/RANK/stderr.log on its host") from None
+            raise with_stacks(stopped, self.ask_for_stacks(hosts, run_id), spec.workdir, " on its host") from None
         finally:
             self.reap(hosts, run_id)
             kill_run(agents, None)
