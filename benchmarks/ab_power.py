@@ -10,6 +10,12 @@ slowdown, and decides each simulated case with the gate's own rules (stats.compa
 ``--perf-repeats`` pairs first, one more while inconclusive, up to the cap). It answers "how often would a
 5 % slowdown fail, and how often would an unchanged build cry wolf, with 5 or 8 pairs", in seconds, where
 benchmarks/detection_power.py measures the same thing live in hours.
+
+    python benchmarks/ab_power.py --pair-sd 0.014 0.036 0.07 --resolve 0.05 --caps 6 12 20
+
+simulates given spreads instead, and ``--resolve R`` the rule of ``--perf-ab-resolve R``: a pass that cannot yet rule
+out R measures another pair too, every look at the 99 % interval, and what is still open at the cap is counted as
+unresolved.
 """
 
 from __future__ import annotations
@@ -36,36 +42,56 @@ def pair_log_ratios(result: dict, metric: str) -> list[float]:
     return [sign * math.log(cand["metrics"][metric] / ref["metrics"][metric]) for ref, cand in pairs]
 
 
-def verdict(noise: list[float], slowdown: float, first: int, cap: int, tolerance: float) -> tuple[str, int]:
+def verdict(noise: list[float], slowdown: float, first: int, cap: int, tolerance: float,
+            resolve: float | None = None) -> tuple[str, int]:
     """The gate's decision on simulated pairs: ``noise`` holds ``cap`` pair log ratios, before the plant."""
     logs = [x - math.log(1.0 + slowdown) for x in noise]
     pairs = first
     while True:
-        comparison = stats.compare_pairs([1.0] * pairs, [math.exp(x) for x in logs[:pairs]])
-        decision = stats.decide(comparison, "higher", tolerance)
-        if decision.outcome != "inconclusive" or pairs >= cap:
+        comparison = stats.compare_pairs([1.0] * pairs, [math.exp(x) for x in logs[:pairs]],
+                                         stats.SEQUENTIAL_CONFIDENCE if resolve is not None else 0.95)
+        decision = stats.decide(comparison, "higher", tolerance, resolve=resolve)
+        if decision.outcome not in ("inconclusive", "unresolved") or pairs >= cap:
             return stats.settle(decision).outcome, pairs
         pairs += 1
 
 
 def predict(pair_sd: float, sizes: list[float], caps: list[int], first: int, tolerance: float, draws: int,
-            seed: int) -> dict[int, dict[float, tuple[float, float]]]:
-    """Per cap and planted size: the share of simulated cases that fail, and the mean pairs they took."""
+            seed: int, resolve: float | None = None) -> dict[int, dict[float, tuple[float, float, float]]]:
+    """Per cap and planted size: the shares of simulated cases that fail and that end unresolved, and the mean pairs
+    they took."""
     rng = random.Random(seed)
-    table: dict[int, dict[float, tuple[float, float]]] = {}
+    table: dict[int, dict[float, tuple[float, float, float]]] = {}
     for cap in caps:
         table[cap] = {}
         for size in sizes:
-            outcomes = [verdict([rng.gauss(0.0, pair_sd) for _ in range(cap)], size, first, cap, tolerance)
+            outcomes = [verdict([rng.gauss(0.0, pair_sd) for _ in range(cap)], size, first, cap, tolerance, resolve)
                         for _ in range(draws)]
             failed = sum(outcome == "FAIL" for outcome, _ in outcomes)
-            table[cap][size] = (failed / draws, statistics.fmean(pairs for _, pairs in outcomes))
+            unresolved = sum(outcome == "unresolved" for outcome, _ in outcomes)
+            table[cap][size] = (failed / draws, unresolved / draws, statistics.fmean(pairs for _, pairs in outcomes))
     return table
+
+
+def print_table(title: str, pair_sd: float, tolerance: float, args: argparse.Namespace) -> None:
+    print(f"\n{title}, tolerance {tolerance:.1%}" + (f", --perf-ab-resolve {args.resolve:g}" if args.resolve else "")
+          + "\n")
+    print("| pairs (first, cap) | " + " | ".join(f"{s:.0%} planted: failed{', unresolved' if args.resolve else ''} "
+                                                f"(pairs)" for s in args.sizes) + " |")
+    print("|---|" + "---|" * len(args.sizes))
+    table = predict(pair_sd, args.sizes, args.caps, args.first, tolerance, args.draws, args.seed, args.resolve)
+    for cap, cells in table.items():
+        cells_text = [f"{rate:.0%}{f', {open_:.0%}' if args.resolve else ''} ({pairs:.1f})"
+                      for rate, open_, pairs in cells.values()]
+        print(f"| {args.first}, {cap} | " + " | ".join(cells_text) + " |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", type=Path, nargs="+", help="result.json of A/B sessions of unchanged builds")
+    parser.add_argument("results", type=Path, nargs="*", help="result.json of A/B sessions of unchanged builds")
+    parser.add_argument("--pair-sd", type=float, nargs="+", default=[],
+                        help="simulate these standard deviations of the pairs' log ratios instead (0.03 = 3 %%)")
+    parser.add_argument("--resolve", type=float, help="simulate --perf-ab-resolve with this fraction")
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.0, 0.03, 0.05, 0.10])
     parser.add_argument("--caps", type=int, nargs="+", default=[5, 8, 12], help="--perf-max-repeats values")
     parser.add_argument("--first", type=int, default=3, help="--perf-repeats: pairs measured before deciding")
@@ -78,7 +104,11 @@ def main() -> int:
     parser.add_argument("--draws", type=int, default=4000, help="simulated cases per cell")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if not args.results and not args.pair_sd:
+        parser.error("give A/B sessions' result.json files, or --pair-sd")
 
+    for pair_sd in args.pair_sd:
+        print_table(f"pair sd {pair_sd:.1%}", pair_sd, 0.02 if args.tolerance is None else args.tolerance, args)
     for path in args.results:
         result = json.loads(path.read_text())
         if "reference" not in result:
@@ -91,16 +121,9 @@ def main() -> int:
             pair_sd = statistics.stdev(logs)
             seconds = result.get("time_to_verdict_s")
             per_pair = f", {seconds / len(logs):.0f} s per pair" if seconds else ""
-            print(f"\n{result['case']} {row['metric']}: {len(logs)} pairs, pair sd {pair_sd:.1%}, "
-                  f"mean {statistics.fmean(logs):+.1%}{per_pair}\n")
-            print("| pairs (first, cap) | " + " | ".join(f"{s:.0%} planted: failed (pairs)" for s in args.sizes) + " |")
-            print("|---|" + "---|" * len(args.sizes))
-            tolerance = row["tolerance"] if args.tolerance is None else args.tolerance
-            print(f"tolerance {tolerance:.1%}\n")
-            table = predict(pair_sd, args.sizes, args.caps, args.first, tolerance, args.draws, args.seed)
-            for cap, cells in table.items():
-                print(f"| {args.first}, {cap} | " + " | ".join(f"{rate:.0%} ({pairs:.1f})"
-                                                          for rate, pairs in cells.values()) + " |")
+            print_table(f"{result['case']} {row['metric']}: {len(logs)} pairs, pair sd {pair_sd:.1%}, mean "
+                        f"{statistics.fmean(logs):+.1%}{per_pair}", pair_sd,
+                        row["tolerance"] if args.tolerance is None else args.tolerance, args)
     return 0
 
 

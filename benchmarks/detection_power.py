@@ -6,7 +6,8 @@ Measures a fresh baseline for one case (``--perf-baseline-repeats`` runs, in a s
 directory), then runs the gate ``--trials`` times per planted slowdown size, each a whole pytest
 session at the default settings, sizes interleaved in a shuffled order so that slow spells of a
 shared machine fall on every size alike. Reports per size how often the gate failed (for 0: false
-alarms) and how long each verdict took, as a Markdown table, and writes every trial to JSON.
+alarms), how often it was left unresolved (under ``-- --perf-ab-resolve R``) and how long each verdict took, as
+a Markdown table, and writes every trial to JSON.
 
     python benchmarks/detection_power.py --against HEAD --trials 20 --sizes 0 0.03 0.05 0.10
 
@@ -69,10 +70,12 @@ def run_session(command: list[str]) -> tuple[int, float]:
     return session.returncode, elapsed
 
 
-def judged_metrics(basetemp: Path) -> list[dict]:
-    """The gate's per-metric rows (change, interval, p-value, runs, reason) from the trial's result.json."""
+def judged(basetemp: Path) -> dict:
+    """The case's verdict and the gate's per-metric rows (change, interval, p-value, runs, reason) from the trial's
+    result.json."""
     found = sorted(basetemp.glob("*/result.json"))
-    return json.loads(found[0].read_text())["metrics"] if found else []
+    result = json.loads(found[0].read_text()) if found else {}
+    return {"verdict": result.get("verdict"), "metrics": result.get("metrics", [])}
 
 
 def size_and_trials(text: str) -> tuple[float, int | None]:
@@ -85,16 +88,17 @@ def size_and_trials(text: str) -> tuple[float, int | None]:
 
 def summarize(trials: list[dict], sizes: list[float]) -> list[str]:
     lines = [
-        "| planted slowdown | trials | gate failed | rate | median time to verdict | max time |",
-        "|---|---|---|---|---|---|",
+        "| planted slowdown | trials | gate failed | rate | unresolved | median time to verdict | max time |",
+        "|---|---|---|---|---|---|---|",
     ]
     for size in sizes:
         mine = [t for t in trials if t["slowdown"] == size]
         failed = sum(t["failed"] for t in mine)
+        unresolved = sum(t.get("verdict") == "unresolved" for t in mine)
         times = [t["seconds"] for t in mine]
         label = "0 % (unchanged)" if size == 0 else f"{size:.0%}"
         lines.append(
-            f"| {label} | {len(mine)} | {failed} | {failed / len(mine):.0%} | "
+            f"| {label} | {len(mine)} | {failed} | {failed / len(mine):.0%} | {unresolved} | "
             f"{statistics.median(times):.0f} s | {max(times):.0f} s |"
         )
     return lines
@@ -169,12 +173,11 @@ def main() -> int:
             basetemp = Path(scratch) / f"trial{index}"
             code, seconds = run_session(pytest_command(args, baseline_dir, *against, "--perf-inject-slowdown",
                                                        str(size), "--basetemp", str(basetemp)))
-            trials.append({"slowdown": size, "failed": code == 1, "seconds": round(seconds, 1),
-                           "metrics": judged_metrics(basetemp)})
+            trials.append({"slowdown": size, "failed": code == 1, "seconds": round(seconds, 1), **judged(basetemp)})
             save(args, stored, trials)
             shutil.rmtree(basetemp, ignore_errors=True)
-            print(f"[{index}/{len(order)}] slowdown {size:.0%}: {'FAIL' if code else 'pass'} in {seconds:.0f} s",
-                  flush=True)
+            verdict = trials[-1]["verdict"] or ("FAIL" if code else "pass")
+            print(f"[{index}/{len(order)}] slowdown {size:.0%}: {verdict} in {seconds:.0f} s", flush=True)
 
     print("\n".join(summarize(trials, list(counts))))
     caught = [s for s, count in counts.items() if s > 0 and

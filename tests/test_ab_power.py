@@ -56,3 +56,22 @@ def test_metrics_reads_a_recorded_statistic_that_the_session_did_not_gate(tmp_pa
     out = capsys.readouterr().out
     assert "c least_step_cpu_seconds_per_sample: 3 pairs, pair sd 10.0%" in out
     assert "fastest_step" not in out and "tolerance 2.0%" in out
+
+
+def test_resolve_measures_noisy_pairs_to_the_cap_and_counts_what_is_still_open_as_unresolved():
+    noisy = [0.08, -0.12, 0.10, -0.09, 0.07]
+    assert ab_power.verdict(noisy, 0.0, first=3, cap=5, tolerance=0.02, resolve=0.05) == ("unresolved", 5)
+    quiet = [0.001, -0.001, 0.0, 0.001, -0.001]
+    assert ab_power.verdict(quiet, 0.0, first=3, cap=5, tolerance=0.02, resolve=0.05) == ("pass", 3)
+
+
+def test_pair_sd_simulates_a_given_spread_under_resolve(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["ab_power.py", "--pair-sd", "0.07", "--resolve", "0.05", "--caps", "6",
+                                     "--sizes", "0", "0.05", "--draws", "200"])
+    assert ab_power.main() == 0
+    out = capsys.readouterr().out
+    assert "pair sd 7.0%, tolerance 2.0%, --perf-ab-resolve 0.05" in out
+    row = next(line for line in out.splitlines() if line.startswith("| 3, 6 |"))
+    cell = row.split("|")[2].split("(")[0]
+    unchanged_failed, unchanged_open = (float(x.strip().rstrip("%")) for x in cell.split(","))
+    assert unchanged_failed <= 10 and unchanged_open >= 50, "7 % pairs cannot rule out 5 % within 6 pairs"

@@ -285,8 +285,10 @@ def test_an_unknown_midpoint_is_measured_again_with_more_pairs_and_then_decided_
     assert bisect.verdicts == 1 + 3 + 1 + 1, "the ends, 3 midpoints, one retry, and the culprit against its parent"
 
 
-def test_an_unproven_slowdown_between_good_and_bad_is_said_and_blames_nothing():
-    bisect, _ = fake_bisect([(0.0, 0.01), (-0.1, 0.2)])
+@pytest.mark.parametrize("bad", [(-0.1, 0.2), "unresolved"], ids=["inconclusive", "unresolved"])
+def test_an_unproven_slowdown_between_good_and_bad_is_said_and_blames_nothing(bad):
+    """Inconclusive at the pair cap, or left unresolved by a --perf-ab-resolve passed through to pytest."""
+    bisect, _ = fake_bisect([(0.0, 0.01), bad])
     searches, lines, answered = bisect.ends()
     assert not searches and not answered
     assert "an unproven slowdown between GOOD and BAD" in lines[0]

@@ -11,7 +11,8 @@ from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
 from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import Gate, HostSpinWarning, StaleBaselineWarning, StoredBaseline, UngatedMetricWarning
+from perfgate.judge.gate import (Gate, HostSpinWarning, StaleBaselineWarning, StoredBaseline, UngatedMetricWarning,
+                                 UnresolvedVerdictWarning)
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchSpec
@@ -263,6 +264,50 @@ def test_ab_measures_another_pair_while_the_verdict_is_inconclusive(tmp_path):
     gate, candidate, order = ab_gate(plan, [100.0, 130.0, 80.0, 100.0], [100.0] * 4)
     assert gate.check()["verdict"] == "pass"
     assert order == ["reference", "candidate", "candidate", "reference", "reference", "candidate"]
+
+
+def test_ab_resolve_measures_pairs_until_the_interval_rules_out_the_slowdown_asked_about(tmp_path):
+    """The candidate within 3 % of the reference, pair by pair: without --perf-ab-resolve 2 pairs pass (CI
+    -19.5..+18.8 %); with 0.03 the pairs go on, past the default cap of 4, until the seventh brings the 99 % interval
+    (it is looked at after every pair) under 3 %."""
+    plan = make_plan(tmp_path)
+    candidate_values = [100.0, 97.0, 103.0, 99.0, 101.0, 98.5, 101.5, 100.0]
+    gate, candidate, order = ab_gate(plan, [100.0] * 8, candidate_values, max_repeats=None)
+    assert gate.check()["verdict"] == "pass" and len(order) == 4
+    gate, candidate, order = ab_gate(plan, [100.0] * 8, candidate_values, max_repeats=None, ab_resolve=0.03)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gate.check()["verdict"] == "pass"
+    assert len(order) == 14 and gate.repeat_cap() == 20
+    assert candidate.result["metrics"][0]["reason"].startswith("+0.0% worse (CI -2.9%..+2.8%)")
+
+
+def test_ab_resolve_reports_what_it_could_not_rule_out_when_the_pairs_run_out(tmp_path):
+    """Pairs 10 % apart cannot rule out 5 % within 4 pairs: the case warns, unresolved, with how large a slowdown it
+    could have missed and about how many pairs would settle it; --fail-unresolved fails it."""
+    plan = make_plan(tmp_path)
+    spread = [90.0, 110.0, 92.0, 108.0]
+    gate, candidate, order = ab_gate(plan, [100.0] * 4, spread, ab_resolve=0.05)
+    with pytest.warns(UnresolvedVerdictWarning, match=r"after 4 pairs a slowdown of up to 26.7% on samples_per_second "
+                                                      r"cannot be ruled out, more than the 5.0% that --perf-ab-resolve "
+                                                      r"asks to rule out: about 37 pairs would settle it"):
+        assert gate.check()["verdict"] == "unresolved"
+    assert len(order) == 8
+    assert candidate.result["unresolved"] == [{"metric": METRIC, "bound": 0.05, "pairs": 4, "pairs_needed": 37,
+                                               "could_miss": pytest.approx(0.267, abs=1e-3)}]
+    assert candidate.result["metrics"][0]["verdict"] == "unresolved"
+    gate, candidate, _ = ab_gate(plan, [100.0] * 4, spread, ab_resolve=0.05, fail_unresolved=True)
+    with pytest.raises(CaseFailed, match=r"w-c-cpu: unresolved on k\n  samples_per_second"):
+        gate.check()
+
+
+def test_ab_resolve_does_not_hold_up_a_regression(tmp_path):
+    """A significant slowdown fails at once: ruling out a smaller one is moot."""
+    plan = make_plan(tmp_path)
+    gate, _, order = ab_gate(plan, [100.0, 101.0, 100.0, 101.0], [70.0, 71.0, 70.0, 71.0], ab_resolve=0.05)
+    with pytest.raises(CaseFailed, match="performance regression"):
+        gate.check()
+    assert len(order) == 4
 
 
 class LaunchClock:

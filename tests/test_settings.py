@@ -28,9 +28,12 @@ def test_help_lists_every_option_with_its_text(pytester):
         (["--perf-steps", "0"], "invalid value for --perf-steps (command line): must be >= 1, got 0"),
         (["--hardware-class", "../x"], "must be a plain name usable as a directory"),
         (["--perf-steps", "5", "--perf-warmup", "5"], "--perf-warmup 5 leaves no measured steps out of --perf-steps 5"),
-        (["--perf-ab-budget", "240"], "--perf-ab-budget limits the pairs of --perf-against; without it there"),
+        (["--perf-ab-budget", "240"], "--perf-ab-budget is about the pairs of --perf-against(-python); without it"),
         (["--perf-against", "HEAD", "--perf-ab-budget", "0"], "invalid value for --perf-ab-budget (command line): must "
                                                               "be > 0 seconds"),
+        (["--perf-ab-resolve", "0.05"], "--perf-ab-resolve is about the pairs of --perf-against(-python); without it"),
+        (["--perf-against", "HEAD", "--perf-ab-resolve", "0"], "invalid value for --perf-ab-resolve (command line): "
+                                                               "must be a slowdown above 0, such as 0.05 for 5 %"),
     ],
 )
 def test_bad_option_values_are_usage_errors_naming_the_option(pytester, args, message):

@@ -56,6 +56,29 @@ def test_large_but_unproven_change_is_inconclusive_until_repeats_run_out():
     assert stats.settle(decision).outcome == "pass"
 
 
+def test_a_pass_that_cannot_rule_out_the_slowdown_asked_about_is_unresolved_until_its_interval_does():
+    """Pairs within 3 % of their reference: a pass at 2 pairs (CI -19.5..+18.8 %), unresolved for 3 % until the fifth
+    pair brings the interval's upper end under 3 %; a metric whose tolerance is wider is held to its tolerance."""
+    reference, current = [100.0] * 5, [100.0, 97.0, 103.0, 99.0, 101.0]
+    outcomes = [stats.decide(stats.compare_pairs(reference[:n], current[:n]), "higher", 0.02, resolve=0.03)
+                for n in range(2, 6)]
+    assert [d.outcome for d in outcomes] == ["unresolved"] * 3 + ["pass"]
+    assert outcomes[2].reason == "+0.3% worse (CI -3.8%..+4.2%): cannot yet rule out a slowdown of 3.0%"
+    assert stats.decide(stats.compare_pairs(reference[:2], current[:2]), "higher", 0.02).outcome == "pass"
+    wide = stats.decide(stats.compare_pairs(reference[:4], current[:4]), "higher", 0.06, resolve=0.03)
+    assert wide.outcome == "pass"
+    assert stats.settle(outcomes[0]).outcome == "unresolved"
+
+
+def test_the_pairs_a_resolution_needs_follow_from_their_spread_and_change():
+    reference = [100.0] * 4
+    assert stats.pairs_to_resolve(reference, [100.0, 97.0, 103.0, 99.0], "higher", 0.03) == 6
+    assert stats.pairs_to_resolve(reference, [100.0, 97.0, 103.0, 99.0], "higher", 0.03, confidence=0.95) == 5
+    assert stats.pairs_to_resolve(reference, [90.0, 110.0, 92.0, 108.0], "higher", 0.05) == 37
+    assert stats.pairs_to_resolve(reference, [94.0, 96.0, 95.0, 94.0], "higher", 0.05) is None
+    assert stats.pairs_to_resolve(reference, [106.0, 104.0, 105.0, 106.0], "lower", 0.05) is None
+
+
 def test_more_repeats_turn_inconclusive_into_fail():
     base = [100.0, 102.0, 98.0, 101.0, 99.0]
     two_runs = [88.0, 101.0]  # 5.5 % worse, but the interval still reaches past no change
@@ -119,6 +142,13 @@ def test_a_baseline_with_disturbed_runs_would_blind_the_gate_without_leaving_the
     clean = [v for i, v in enumerate(runs) if i not in stats.disturbed(runs, "higher", floor=0.06)]
     assert stats.decide(stats.compare_runs(runs, slower), "higher", 0.06).outcome == "inconclusive"
     assert stats.decide(stats.compare_runs(clean, slower), "higher", 0.06).outcome == "FAIL"
+
+
+def test_a_paired_interval_at_99_percent_is_wider_by_the_ratio_of_the_t_quantiles():
+    reference, current = [100.0] * 4, [100.0, 97.0, 103.0, 99.0]
+    at_95, at_99 = stats.compare_pairs(reference, current), stats.compare_pairs(reference, current, 0.99)
+    ratio = (math.log1p(at_99.ci_high) - math.log1p(at_99.change), math.log1p(at_95.ci_high) - math.log1p(at_95.change))
+    assert ratio[0] / ratio[1] == pytest.approx(5.841 / 3.182, rel=1e-3)
 
 
 def test_paired_comparison_takes_the_geometric_mean_ratio_with_a_t_interval():

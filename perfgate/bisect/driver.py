@@ -97,8 +97,9 @@ class Bisect:
                 search = CaseSearch(test, record["case"], steps, Search(len(self.commits)), self.commits, [measured])
                 lines.append(f"{record['case']}: slower between GOOD and BAD: {bisection.changes(measured.rows)}")
                 searches.append(search)
-            elif record["verdict"] in ("pass", "stale"):
-                unproven = any("not significant yet" in (row.get("reason") or "") for row in measured.rows)
+            elif record["verdict"] in ("pass", "stale", "unresolved"):
+                unproven = record["verdict"] == "unresolved" or any("not significant yet" in (row.get("reason") or "")
+                                                                    for row in measured.rows)
                 if unproven:
                     answered = False
                     lines.append(f"{record['case']}: an unproven slowdown between GOOD and BAD after {measured.pairs} "

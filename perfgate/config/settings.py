@@ -70,6 +70,13 @@ def fraction(text: str) -> float:
     return value
 
 
+def slowdown(text: str) -> float:
+    value = fraction(text)
+    if value <= 0:
+        raise ValueError(f"must be a slowdown above 0, such as 0.05 for 5 %, got {value:g}")
+    return value
+
+
 def launcher(text: str) -> str:
     if text not in LAUNCHERS:
         raise ValueError(f"unknown launcher {text!r}; available: {', '.join(LAUNCHERS)}")
@@ -191,6 +198,15 @@ OPTIONS = (
            "and the verdict is decided as at the pair cap; e.g. 240 for a 4-minute gate (default: only "
            "--perf-max-repeats limits the pairs)",
            seconds, None, "SECONDS"),
+    Option("--perf-ab-resolve", "ab_resolve", "under --perf-against(-python), a pass must rule out a slowdown of "
+           "FRACTION (the upper end of its interval, 99 percent as it is looked at after every pair, below it, or "
+           "below the metric's tolerance where that is wider): until it does, pairs go on, up to --perf-max-repeats "
+           "(default here: 20) and --perf-ab-budget, and a case still open then is 'unresolved', a warning that says "
+           "how large a slowdown it could have missed (default: a change within the tolerance passes however wide its "
+           "interval)",
+           slowdown, None, "FRACTION"),
+    Option("--fail-unresolved", "fail_unresolved", "fail a case that --perf-ab-resolve leaves unresolved "
+           "(default: warn)"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
            "(one benchmark per case flavour, its measured steps as rounds, perfgate's verdict in extra_info), for "
            "`pytest-benchmark compare` and github-action-benchmark's \"pytest\" tool", Path, None, "PATH"),
@@ -242,6 +258,8 @@ class Settings:
     against_python: str | None = None
     ab_tolerance: float = 0.02
     ab_budget: float | None = None
+    ab_resolve: float | None = None
+    fail_unresolved: bool = False
     json_path: Path | None = None
     results_path: Path | None = None
     history_url: str | None = None
@@ -316,9 +334,10 @@ def resolve(config: pytest.Config) -> Settings:
         if given and settings.update_baselines:
             raise pytest.UsageError(f"perfgate: {flag} measures a reference side instead of using baselines; "
                                     "it cannot be combined with --update-baselines")
-    if settings.ab_budget is not None and not (settings.against or settings.against_python):
-        raise pytest.UsageError("perfgate: --perf-ab-budget limits the pairs of --perf-against; without it there "
-                                "are no pairs (the stored-baseline gate is limited by --perf-max-repeats)")
+    for flag, given in (("--perf-ab-budget", settings.ab_budget), ("--perf-ab-resolve", settings.ab_resolve)):
+        if given is not None and not (settings.against or settings.against_python):
+            raise pytest.UsageError(f"perfgate: {flag} is about the pairs of --perf-against(-python); without it "
+                                    "there are no pairs (the stored-baseline gate is limited by --perf-max-repeats)")
     if settings.inject_slowdown and settings.update_baselines:
         raise pytest.UsageError(
             "perfgate: --perf-inject-slowdown makes runs slower on purpose; it cannot be combined with "

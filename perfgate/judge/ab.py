@@ -6,14 +6,15 @@ stored baseline, with --perf-ab-tolerance as its tolerance, and the candidate is
 (stats.compare_pairs: a paired t interval of the runs' log ratios), since drift moves both runs of a
 pair alike; the gate's decision rules apply. An inconclusive verdict measures another pair, up to
 --perf-max-repeats pairs (default --perf-repeats + 2), or while another pair fits in --perf-ab-budget
-seconds. A planted slowdown (--perf-inject-slowdown) goes into the candidate only.
+seconds; under --perf-ab-resolve R so does a pass whose 99 % interval still reaches R (default cap 20 pairs).
+A planted slowdown (--perf-inject-slowdown) goes into the candidate only.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from perfgate.judge import baselines
 from perfgate.judge.gate import Gate
@@ -23,6 +24,11 @@ from perfgate.measure import stats
 from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed
+
+
+RESOLVE_PAIRS = 20
+"""--perf-ab-resolve's pair cap where --perf-max-repeats gives none: a 5 % slowdown at a pair spread of 4 % needs
+about 12 (benchmarks/ab_power.py --resolve)."""
 
 
 class RevisionReference:
@@ -71,15 +77,26 @@ class ABGate(Gate):
     """Measures the candidate and the reference in alternating pairs and judges one against the other."""
 
     reference: RevisionReference
-    compare = staticmethod(stats.compare_pairs)
     clock = staticmethod(time.monotonic)
     pair_seconds: list[float]
     """How long each pair took, both launches."""
 
+    @property
+    def resolution(self) -> float | None:
+        return self.settings.ab_resolve
+
+    def compare(self, reference: Sequence[float], current: Sequence[float]) -> stats.Comparison:
+        """Pair by pair; at 99 % under --perf-ab-resolve, whose verdict looks again after every pair."""
+        return stats.compare_pairs(reference, current,
+                                   stats.SEQUENTIAL_CONFIDENCE if self.resolution is not None else 0.95)
+
     def repeat_cap(self) -> int:
         """Pairs cancel the machine's drift but not its short-term noise: two more pairs than planned are allowed
-        by default (a stored-baseline gate allows one more run), as a 5 % slowdown on a 2-core VM needs them."""
-        return self.settings.max_repeats or self.settings.repeats + 2
+        by default (a stored-baseline gate allows one more run), as a 5 % slowdown on a 2-core VM needs them; under
+        --perf-ab-resolve, up to RESOLVE_PAIRS, which --perf-ab-budget bounds in time."""
+        if self.settings.max_repeats:
+            return self.settings.max_repeats
+        return RESOLVE_PAIRS if self.settings.ab_resolve else self.settings.repeats + 2
 
     def check(self) -> dict[str, Any]:
         self.started, self.pair_seconds = self.clock(), []

@@ -196,9 +196,9 @@ def write(path: Path, baseline: Baseline) -> None:
 
 def judge(baseline: Baseline, current: Mapping[str, Sequence[float]],
           compare: Callable[[Sequence[float], Sequence[float]], stats.Comparison] = stats.compare_runs,
-          ) -> list[MetricVerdict]:
+          resolve: float | None = None) -> list[MetricVerdict]:
     """Judges every metric the baseline gates from the current runs' values of it (``compare``: the baseline's
-    runs and the current ones as independent samples, or as pairs under A/B)."""
+    runs and the current ones as independent samples, or as pairs under A/B; ``resolve``: see stats.decide)."""
     verdicts = []
     for name, ref in baseline.metrics.items():
         values = [v for v in current.get(name, ()) if v is not None]
@@ -208,6 +208,6 @@ def judge(baseline: Baseline, current: Mapping[str, Sequence[float]],
         verdicts.append(MetricVerdict(
             metric=name, better=ref.better, unit=ref.unit, tolerance=ref.tolerance,
             baseline=stats.median(ref.samples), measured=stats.median(values), runs=len(values),
-            comparison=comparison, decision=stats.decide(comparison, ref.better, ref.tolerance),
+            comparison=comparison, decision=stats.decide(comparison, ref.better, ref.tolerance, resolve=resolve),
         ))
     return verdicts

@@ -2,7 +2,9 @@
 
 - judged: pass, FAIL (a significant regression beyond the tolerance), stale (significantly better: the
   reference is out of date; a warning, or a failure under --fail-stale); an inconclusive verdict
-  launches more runs, up to --perf-max-repeats;
+  launches more runs, up to --perf-max-repeats; under A/B's --perf-ab-resolve, so does a pass that cannot yet
+  rule out the slowdown asked for, which ends unresolved if the runs run out (a warning, or a failure under
+  --fail-unresolved);
 - no reference: skipped with how to create one (failed under --strict-baselines);
 - --update-baselines: the runs become the stored baseline, disturbed runs left out and re-measured;
   a baseline from other hardware, another workload version or a publication is refused.
@@ -45,6 +47,10 @@ class UngatedMetricWarning(UserWarning):
 class PlantNotTakenWarning(UserWarning):
     """A planted slowdown moved a gated metric by less than half of what it should: a gate proven with that plant
     proves nothing."""
+
+
+class UnresolvedVerdictWarning(UserWarning):
+    """The runs allowed could not tell the slowdown --perf-ab-resolve asks about from none."""
 
 
 class HostSpinWarning(UserWarning):
@@ -106,6 +112,8 @@ class Gate:
 
     compare = staticmethod(stats.compare_runs)
     """How the runs are set against the baseline's: as independent samples (a baseline measured at another time)."""
+    resolution: float | None = None
+    """The slowdown a pass must rule out (stats.decide's ``resolve``); A/B's --perf-ab-resolve."""
 
     def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
                  root: Path, pytest_args: str = "",
@@ -148,10 +156,11 @@ class Gate:
         while True:
             current = self._values(baseline, measurement)
             try:
-                verdicts = baselines.judge(baseline, current, self.compare)
+                verdicts = baselines.judge(baseline, current, self.compare, self.resolution)
             except baselines.BaselineError as exc:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
-            undecided = any(v.outcome == "inconclusive" for v in verdicts)
+            so_far = {v.outcome for v in verdicts}
+            undecided = "inconclusive" in so_far or ("unresolved" in so_far and "FAIL" not in so_far)
             if not undecided or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
@@ -177,8 +186,35 @@ class Gate:
                 raise CaseFailed(message)
             warnings.warn(StaleBaselineWarning(message))
             return result
+        if "unresolved" in outcomes:
+            return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
         result["verdict"] = "pass"
         return result
+
+    def unresolved(self, verdicts: list[baselines.MetricVerdict], baseline: baselines.Baseline,
+                   current: dict[str, list[float]], details: str) -> dict[str, Any]:
+        """A verdict whose runs ran out before they could rule out the slowdown asked about: how large a slowdown it
+        could have missed, and about how many pairs would have settled it."""
+        rows = []
+        for v in verdicts:
+            if v.outcome == "unresolved":
+                bound = max(self.resolution or 0.0, v.tolerance)
+                rows.append({"metric": v.metric, "bound": bound, "could_miss": v.comparison.worse(v.better)[2],
+                             "pairs": v.runs, "pairs_needed": stats.pairs_to_resolve(
+                                 baseline.metrics[v.metric].samples, current[v.metric], v.better, bound)})
+        self.result["unresolved"], self.result["verdict"] = rows, "unresolved"
+        needed = [row["pairs_needed"] for row in rows]
+        more = "more pairs" if None in needed else f"about {max(needed)} pairs"
+        reach = ", ".join(f"{row['could_miss']:.1%} on {row['metric']}" for row in rows)
+        message = (f"{self.plan.run.key}: unresolved on {self.plan.hardware_class}{details}\n"
+                   f"after {rows[0]['pairs']} pairs a slowdown of up to {reach} cannot be ruled out, more than the "
+                   f"{self.resolution:.1%} that --perf-ab-resolve asks to rule out: {more} would settle it (raise "
+                   "--perf-max-repeats or --perf-ab-budget), and longer windows (--perf-steps) narrow each pair "
+                   "(docs/ab.md)")
+        if self.settings.fail_unresolved:
+            raise CaseFailed(message)
+        warnings.warn(UnresolvedVerdictWarning(message))
+        return self.result
 
     def check_plant(self, verdicts: list[baselines.MetricVerdict], measurement: Measurement) -> None:
         """Shows, in result.json and with a warning, a planted slowdown that did not slow what is gated."""

@@ -11,6 +11,10 @@ next run. The decision compares the current runs with the baseline's runs:
   under A/B, an improvement);
 - ``inconclusive`` when it is worse than the tolerance but not (yet) significant: the caller runs
   more repeats, up to a cap, before deciding;
+- ``unresolved``, only where a resolution is asked for (A/B's ``--perf-ab-resolve R``), when it is none of the
+  above but the interval still reaches a slowdown of R (or the tolerance, if wider): the runs cannot yet tell R
+  from nothing, so a pass would say nothing about R; the caller measures more, and what is still open at the
+  cap is reported as such, never as a pass;
 - ``pass`` otherwise.
 """
 
@@ -140,18 +144,29 @@ def compare_runs(baseline: Sequence[float], current: Sequence[float], confidence
     return Comparison(median(current) / median(baseline) - 1.0, low, high, p_value, p_floor)
 
 
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-"""Student's t 97.5 % quantiles for 1..30 degrees of freedom (1.96 beyond)."""
+T_QUANTILES = {
+    0.95: (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+           2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+           1.960),
+    0.99: (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977, 2.947,
+           2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750,
+           2.576),
+}
+"""Two-sided Student's t quantiles for 1..30 degrees of freedom, then the normal's for more, per confidence."""
+
+SEQUENTIAL_CONFIDENCE = 0.99
+"""The paired interval's confidence where it is looked at after every pair, up to 20 times (--perf-ab-resolve): at 95 %
+each look, simulated unchanged builds failed 6-10 % of the time by the twentieth (benchmarks/ab_power.py --resolve);
+Pocock's constant boundary for 20 looks at 5 % overall is about 99.1 %."""
 
 
-def compare_pairs(reference: Sequence[float], current: Sequence[float]) -> Comparison:
+def compare_pairs(reference: Sequence[float], current: Sequence[float], confidence: float = 0.95) -> Comparison:
     """Runs measured in pairs, back to back (A/B): the i-th current run against the i-th reference run.
 
     A machine's drift moves both runs of a pair alike, so the pairs' log ratios carry only the
     difference and the short-term noise. The change is their geometric mean, with a paired t interval
-    (95 %); there is no rank test (``p_floor`` 1.0), the interval alone decides significance. Fewer
-    than two pairs give no interval.
+    (``confidence``: 0.95 or 0.99); there is no rank test (``p_floor`` 1.0), the interval alone decides
+    significance. Fewer than two pairs give no interval.
     """
     pairs = list(zip(reference, current))
     if not pairs:
@@ -160,18 +175,31 @@ def compare_pairs(reference: Sequence[float], current: Sequence[float]) -> Compa
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return Comparison(math.exp(mean) - 1.0, -math.inf, math.inf, None, 1.0)
-    quantile = T_975[len(logs) - 2] if len(logs) - 1 <= len(T_975) else 1.96
-    half = quantile * statistics.stdev(logs) / math.sqrt(len(logs))
+    quantiles = T_QUANTILES[confidence]
+    half = quantiles[min(len(logs) - 2, len(quantiles) - 1)] * statistics.stdev(logs) / math.sqrt(len(logs))
     return Comparison(math.exp(mean) - 1.0, math.exp(mean - half) - 1.0, math.exp(mean + half) - 1.0, None, 1.0)
+
+
+def pairs_to_resolve(reference: Sequence[float], current: Sequence[float], better: str, bound: float,
+                     confidence: float = SEQUENTIAL_CONFIDENCE) -> int | None:
+    """About how many pairs would bring the upper end of compare_pairs' interval of how much worse below ``bound``, at
+    the spread and change the pairs show so far (normal approximation); None where their change already reaches it."""
+    sign = 1.0 if better == "lower" else -1.0
+    logs = [sign * math.log(cur / ref) for ref, cur in zip(reference, current)]
+    room = math.log(1.0 + bound) - max(0.0, statistics.fmean(logs))
+    if len(logs) < 2 or room <= 0:
+        return None
+    return max(len(logs) + 1, math.ceil((T_QUANTILES[confidence][-1] * statistics.stdev(logs) / room) ** 2))
 
 
 @dataclass(frozen=True)
 class Decision:
-    outcome: str  # "pass", "FAIL", "stale" or "inconclusive"
+    outcome: str  # "pass", "FAIL", "stale", "inconclusive" or "unresolved"
     reason: str
 
 
-def decide(comparison: Comparison, better: str, tolerance: float, alpha: float = 0.05) -> Decision:
+def decide(comparison: Comparison, better: str, tolerance: float, alpha: float = 0.05,
+           resolve: float | None = None) -> Decision:
     worse, worse_low, worse_high = comparison.worse(better)
     rank_test_can_decide = comparison.p_value is not None and comparison.p_floor < alpha
     rank_test_agrees = not rank_test_can_decide or comparison.p_value < alpha
@@ -182,6 +210,9 @@ def decide(comparison: Comparison, better: str, tolerance: float, alpha: float =
     if significant and -worse > tolerance:
         return Decision("stale", f"significantly better by {-worse:.1%} (CI {-worse_high:+.1%}..{-worse_low:+.1%}), "
                                  f"beyond the {tolerance:.1%} tolerance")
+    if resolve is not None and worse_high >= max(resolve, tolerance):
+        return Decision("unresolved", f"{worse:+.1%} worse ({interval}): cannot yet rule out a slowdown of "
+                                      f"{max(resolve, tolerance):.1%}")
     if worse > tolerance:
         return Decision("inconclusive", f"{worse:.1%} worse, beyond the {tolerance:.1%} tolerance, "
                                         f"but not significant yet ({interval})")
