@@ -293,7 +293,7 @@ def test_ab_resolve_reports_what_it_could_not_rule_out_when_the_pairs_run_out(tm
                                                       r"asks to rule out: about 37 pairs would settle it"):
         assert gate.check()["verdict"] == "unresolved"
     assert len(order) == 8
-    assert candidate.result["unresolved"] == [{"metric": METRIC, "bound": 0.05, "pairs": 4, "pairs_needed": 37,
+    assert candidate.result["unresolved"] == [{"metric": METRIC, "pairs": 4, "pairs_needed": 37,
                                                "could_miss": pytest.approx(0.267, abs=1e-3)}]
     assert candidate.result["metrics"][0]["verdict"] == "unresolved"
     gate, candidate, _ = ab_gate(plan, [100.0] * 4, spread, ab_resolve=0.05, fail_unresolved=True)

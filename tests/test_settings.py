@@ -34,6 +34,8 @@ def test_help_lists_every_option_with_its_text(pytester):
         (["--perf-ab-resolve", "0.05"], "--perf-ab-resolve is about the pairs of --perf-against(-python); without it"),
         (["--perf-against", "HEAD", "--perf-ab-resolve", "0"], "invalid value for --perf-ab-resolve (command line): "
                                                                "must be a slowdown above 0, such as 0.05 for 5 %"),
+        (["--perf-against", "HEAD", "--perf-ab-resolve", "0.02"], "--perf-ab-resolve 0.02 is not above "
+                                                                  "--perf-ab-tolerance 0.02: a slowdown within the"),
     ],
 )
 def test_bad_option_values_are_usage_errors_naming_the_option(pytester, args, message):

@@ -199,11 +199,11 @@ OPTIONS = (
            "--perf-max-repeats limits the pairs)",
            seconds, None, "SECONDS"),
     Option("--perf-ab-resolve", "ab_resolve", "under --perf-against(-python), a pass must rule out a slowdown of "
-           "FRACTION (the upper end of its interval, 99 percent as it is looked at after every pair, below it, or "
-           "below the metric's tolerance where that is wider): until it does, pairs go on, up to --perf-max-repeats "
-           "(default here: 20) and --perf-ab-budget, and a case still open then is 'unresolved', a warning that says "
-           "how large a slowdown it could have missed (default: a change within the tolerance passes however wide its "
-           "interval)",
+           "FRACTION, above --perf-ab-tolerance, on every gated metric that could fail at it (the upper end of its "
+           "interval, 99 percent as it is looked at after every pair, below FRACTION): until it does, pairs go on, up "
+           "to --perf-max-repeats (default here: 20) and --perf-ab-budget, and a case still open then is 'unresolved', "
+           "a warning that says how large a slowdown it could have missed (default: a change within the tolerance "
+           "passes however wide its interval)",
            slowdown, None, "FRACTION"),
     Option("--fail-unresolved", "fail_unresolved", "fail a case that --perf-ab-resolve leaves unresolved "
            "(default: warn)"),
@@ -338,6 +338,10 @@ def resolve(config: pytest.Config) -> Settings:
         if given is not None and not (settings.against or settings.against_python):
             raise pytest.UsageError(f"perfgate: {flag} is about the pairs of --perf-against(-python); without it "
                                     "there are no pairs (the stored-baseline gate is limited by --perf-max-repeats)")
+    if settings.ab_resolve is not None and settings.ab_resolve <= settings.ab_tolerance:
+        raise pytest.UsageError(f"perfgate: --perf-ab-resolve {settings.ab_resolve:g} is not above --perf-ab-tolerance "
+                                f"{settings.ab_tolerance:g}: a slowdown within the tolerance passes whatever the pairs "
+                                "say; ask to rule out a larger one, or lower the tolerance")
     if settings.inject_slowdown and settings.update_baselines:
         raise pytest.UsageError(
             "perfgate: --perf-inject-slowdown makes runs slower on purpose; it cannot be combined with "

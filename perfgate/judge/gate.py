@@ -198,10 +198,9 @@ class Gate:
         rows = []
         for v in verdicts:
             if v.outcome == "unresolved":
-                bound = max(self.resolution or 0.0, v.tolerance)
-                rows.append({"metric": v.metric, "bound": bound, "could_miss": v.comparison.worse(v.better)[2],
-                             "pairs": v.runs, "pairs_needed": stats.pairs_to_resolve(
-                                 baseline.metrics[v.metric].samples, current[v.metric], v.better, bound)})
+                rows.append({"metric": v.metric, "could_miss": v.comparison.worse(v.better)[2], "pairs": v.runs,
+                             "pairs_needed": stats.pairs_to_resolve(baseline.metrics[v.metric].samples,
+                                                                    current[v.metric], v.better, self.resolution)})
         self.result["unresolved"], self.result["verdict"] = rows, "unresolved"
         needed = [row["pairs_needed"] for row in rows]
         more = "more pairs" if None in needed else f"about {max(needed)} pairs"

@@ -11,10 +11,10 @@ next run. The decision compares the current runs with the baseline's runs:
   under A/B, an improvement);
 - ``inconclusive`` when it is worse than the tolerance but not (yet) significant: the caller runs
   more repeats, up to a cap, before deciding;
-- ``unresolved``, only where a resolution is asked for (A/B's ``--perf-ab-resolve R``), when it is none of the
-  above but the interval still reaches a slowdown of R (or the tolerance, if wider): the runs cannot yet tell R
-  from nothing, so a pass would say nothing about R; the caller measures more, and what is still open at the
-  cap is reported as such, never as a pass;
+- ``unresolved``, only where a resolution R below the tolerance is asked for (A/B's ``--perf-ab-resolve R``), when
+  it is neither of the first two but the interval still reaches a slowdown of R: the runs cannot yet tell R from
+  nothing, so a pass would say nothing about R; the caller measures more, and what is still open at the cap is
+  reported as such, never as a pass (a metric whose tolerance is R or more could not fail at R anyway);
 - ``pass`` otherwise.
 """
 
@@ -210,9 +210,9 @@ def decide(comparison: Comparison, better: str, tolerance: float, alpha: float =
     if significant and -worse > tolerance:
         return Decision("stale", f"significantly better by {-worse:.1%} (CI {-worse_high:+.1%}..{-worse_low:+.1%}), "
                                  f"beyond the {tolerance:.1%} tolerance")
-    if resolve is not None and worse_high >= max(resolve, tolerance):
+    if resolve is not None and tolerance < resolve <= worse_high:
         return Decision("unresolved", f"{worse:+.1%} worse ({interval}): cannot yet rule out a slowdown of "
-                                      f"{max(resolve, tolerance):.1%}")
+                                      f"{resolve:.1%}")
     if worse > tolerance:
         return Decision("inconclusive", f"{worse:.1%} worse, beyond the {tolerance:.1%} tolerance, "
                                         f"but not significant yet ({interval})")
