@@ -11,7 +11,7 @@ next run. The decision compares the current runs with the baseline's runs:
   under A/B, an improvement);
 - ``inconclusive`` when it is worse than the tolerance but not (yet) significant: the caller runs
   more repeats, up to a cap, before deciding;
-- ``unresolved``, only where a resolution R below the tolerance is asked for (A/B's ``--perf-ab-resolve R``), when
+- ``unresolved``, only where a resolution R above the tolerance is asked for (A/B's ``--perf-ab-resolve R``), when
   it is neither of the first two but the interval still reaches a slowdown of R: the runs cannot yet tell R from
   nothing, so a pass would say nothing about R; the caller measures more, and what is still open at the cap is
   reported as such, never as a pass (a metric whose tolerance is R or more could not fail at R anyway);
