@@ -49,7 +49,7 @@ def verdict(noise: list[float], slowdown: float, first: int, cap: int, tolerance
     pairs = first
     while True:
         comparison = stats.compare_pairs([1.0] * pairs, [math.exp(x) for x in logs[:pairs]],
-                                         stats.SEQUENTIAL_CONFIDENCE if resolve is not None else 0.95)
+                                         stats.paired_confidence(resolve))
         decision = stats.decide(comparison, "higher", tolerance, resolve=resolve)
         if decision.outcome not in ("inconclusive", "unresolved") or pairs >= cap:
             return stats.settle(decision).outcome, pairs

@@ -88,8 +88,7 @@ class ABGate(Gate):
 
     def compare(self, reference: Sequence[float], current: Sequence[float]) -> stats.Comparison:
         """Pair by pair; at 99 % under --perf-ab-resolve, whose verdict looks again after every pair."""
-        return stats.compare_pairs(reference, current,
-                                   stats.SEQUENTIAL_CONFIDENCE if self.resolution is not None else 0.95)
+        return stats.compare_pairs(reference, current, stats.paired_confidence(self.resolution))
 
     def repeat_cap(self) -> int:
         """Pairs cancel the machine's drift but not its short-term noise: two more pairs than planned are allowed

@@ -160,6 +160,11 @@ each look, simulated unchanged builds failed 6-10 % of the time by the twentieth
 Pocock's constant boundary for 20 looks at 5 % overall is about 99.1 %."""
 
 
+def paired_confidence(resolve: float | None) -> float:
+    """compare_pairs' confidence for a verdict that resolves ``resolve`` (see decide), or checks a tolerance only."""
+    return SEQUENTIAL_CONFIDENCE if resolve is not None else 0.95
+
+
 def compare_pairs(reference: Sequence[float], current: Sequence[float], confidence: float = 0.95) -> Comparison:
     """Runs measured in pairs, back to back (A/B): the i-th current run against the i-th reference run.
 
