@@ -2,7 +2,7 @@
 
 CPU flavour: 64x64 crops, local batch 8, 2 gloo ranks of one thread, 16 steps.
 GPU flavour: 224x224 crops, local batch 256, channels_last, one nccl rank per GPU, 120 steps; its
-amp-synthetic case is the one NGC publishes (2470 images/s on one A100-80GB, 16621 on eight; 4294 measured
+amp-synthetic case is the one NGC publishes (2470 images/s on one A100-80GB, 16621 on eight; 4454 measured
 on one H100), a default case on GPU (its CPU flavour skips: fp16 AMP is a GPU mode).
 """
 
