@@ -178,6 +178,46 @@ def test_a_rank_that_lost_its_peer_is_not_blamed_for_the_crash_that_caused_it(tm
     assert diagnose_failure(spec, [1, 0], logs).message.startswith("rank 0 (node 0, local rank 0) failed")
 
 
+PEER_CLOSED = ("[rank1]: RuntimeError: [gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:8069."
+               "\nterminate called without an active exception")
+STOPPED_AGENT = ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 22642 got signal: 15")
+"""The last line of a torchrun agent that srun's --kill-on-bad-exit stopped before it saw its own rank fail."""
+
+
+@pytest.mark.parametrize("srun_says", [
+    "srun: error: n1: task 0: Exited with exit code 1\nsrun: error: n2: task 1: Exited with exit code 1",
+    "srun: error: n1: task 0: Exited with exit code 1\nsrun: error: n2: task 1: Terminated",
+])
+def test_a_crash_whose_agent_was_stopped_first_is_named_from_the_ranks_own_log(tmp_path, srun_says):
+    """As CI saw it: node 1's rank crashed, node 0's rank lost its peer and its agent ended first, and srun stopped
+    node 1's agent before that agent reported. Node 1's rank is still the one named, from its own log."""
+    from perfgate.launch.slurm import diagnose_srun
+
+    logs = rank_logs(tmp_path, [PEER_CLOSED, "[rank0]: RuntimeError: planted crash on node 1"], code=-6)
+    logs[1].write_text(f"Traceback (most recent call last):\n{STOPPED_AGENT}\n")
+    (tmp_path / "srun.log").write_text(f"$ srun ...\n{srun_says}\n")
+    spec = LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=2)
+    failure = diagnose_srun(spec, 1, logs, tmp_path / "srun.log")
+    assert failure.kind == "crashed"
+    assert failure.message.splitlines()[0] == ("rank 0 (node 1 (n2), local rank 0) failed: its exit code was not "
+                                               "reported (its torchrun agent ended first, when another node failed).")
+    assert failure.message.splitlines()[-1] == "[rank0]: RuntimeError: planted crash on node 1"
+
+
+def test_a_rank_that_only_lost_its_peer_is_named_when_no_other_rank_says_why(tmp_path):
+    """No other node's rank log ends in an exception: the peer-lost rank is all there is to show, and it says so
+    (not the gloo exit race's hint, which its SIGABRT and last line would otherwise bring)."""
+    from perfgate.launch.diagnose import diagnose_failure
+
+    logs = rank_logs(tmp_path, [PEER_CLOSED, "still training"], code=-6)
+    logs[1].write_text(f"{STOPPED_AGENT}\n")
+    failure = diagnose_failure(LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=2), [1, 1], logs)
+    assert failure.message.startswith("rank 0 (node 0, local rank 0) failed: killed by signal SIGABRT.")
+    assert failure.message.splitlines()[-1] == (f"This rank lost its connection to another, which most likely "
+                                                f"failed first, but no other rank's log says why: look at every "
+                                                f"node's logs under {tmp_path}.")
+
+
 def rank_logs(tmp_path, tails, code=-6):
     """Agent and rank logs as torchrun leaves them when node N's only rank, rank N, failed with the Nth last line
     and exit code ``code``."""

@@ -79,7 +79,7 @@ def test_a_crash_on_the_second_node_is_classified_and_names_that_node(suite, clu
     result = run(suite, "-k", "crash", "--slurm-args=--partition test --time 5")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "toy-crash-cpu: crashed in run 1: rank ? (node 1 (n2), local rank 0) failed: exit code 1.",
+        "toy-crash-cpu: crashed in run 1: rank ? (node 1 (n2), local rank 0) failed: *",
         "*RuntimeError: planted crash on node 1",
     ])
     assert cluster.jobs() == []

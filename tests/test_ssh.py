@@ -60,7 +60,7 @@ def test_a_crash_on_the_second_host_is_classified_and_names_that_host(suite, ser
     result = run(suite, server, "-k", "crash")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "toy-crash-cpu: crashed in run 1: rank ? (node 1 (127.0.0.2), local rank 0) failed: exit code 1.",
+        "toy-crash-cpu: crashed in run 1: rank ? (node 1 (127.0.0.2), local rank 0) failed: *",
         "*RuntimeError: planted crash on node 1",
     ])
     assert leftover_processes(str(suite.path)) == []

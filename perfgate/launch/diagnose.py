@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 if TYPE_CHECKING:
     from perfgate.launch.spec import LaunchSpec
@@ -25,6 +25,9 @@ NCCL_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout")
 """ProcessGroupNCCL's watchdog aborting a collective that did not finish within the group's timeout: a hang."""
 USAGE_ERROR = re.compile(r"^[\w.-]+: error: ", re.M)
 """argparse's last line when a workload rejects its arguments: ``unet3d_train.py: error: ...``."""
+EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", re.M)
+"""The last line of a Python traceback (torch prefixes a distributed rank's with ``[rankN]:``)."""
+RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:", re.M)
 EXIT_ABORT = re.compile(r"terminate called without an active exception\s*\Z")
 """A rank's last words when a gloo worker thread released a finished collective's work (which holds a Python object)
 after the interpreter had begun to exit: the thread exits while unwinding a noexcept destructor (pytorch PR 179291)."""
@@ -129,14 +132,19 @@ def failure_kind(rank_log_tail: str) -> str:
     return "crashed"
 
 
-def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path],
-                     node_names: Sequence[str] = ()) -> LaunchFailed:
-    """Names the first rank that failed, how, and the tail of its own log; else the agent's log. Only nodes
-    whose agent failed are searched; ``node_names`` (a launcher's host names) join the node numbers."""
-    def where(node: int) -> str:
-        return f"node {node} ({node_names[node]})" if node < len(node_names) and node_names[node] else f"node {node}"
+class FailedRank(NamedTuple):
+    rank: str
+    node: int
+    local_rank: int
+    code: int | None
+    """None where the rank's agent did not report it (it was stopped, or lost the rendezvous, first)."""
+    log: Path
+    last_lines: str
 
-    failed_ranks = []
+
+def reported_failures(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path]) -> list[FailedRank]:
+    """The rank each failed agent names as its root cause, with that rank's exit code."""
+    found = []
     for node, log in enumerate(logs):
         if codes[node] == 0:
             continue
@@ -144,20 +152,74 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
         match = _ROOT_CAUSE.search(text)
         if match is None:
             continue
-        rank, local_rank, code = int(match["rank"]), int(match["local"]), int(match["code"])
+        local_rank = int(match["local"])
         path = rank_log(spec.workdir, node, local_rank) or log
-        failed_ranks.append((rank, node, local_rank, code, path, tail(path)))
-    if failed_ranks:
-        causes = [failed for failed in failed_ranks if not PEER_FAILED.search(failed[-1])] or failed_ranks
-        rank, node, local_rank, code, path, last_lines = causes[0]
-        kind = failure_kind(last_lines)
-        hung = "a collective hung and the NCCL watchdog ended it: " if NCCL_WATCHDOG.search(last_lines) else ""
-        hint = EXIT_ABORT_HINT if code == -signal.SIGABRT and EXIT_ABORT.search(last_lines) else ""
+        found.append(FailedRank(match["rank"], node, local_rank, int(match["code"]), path, tail(path)))
+    return found
+
+
+def unreported_failures(spec: LaunchSpec, codes: Sequence[int], reported: Sequence[FailedRank]) -> list[FailedRank]:
+    """Ranks on failed nodes whose own logs end in an exception that no agent reported: when one node fails first,
+    SLURM's --kill-on-bad-exit stops the others' agents, and an agent whose rendezvous host left ends, before
+    they see their own rank's crash."""
+    named = {(failed.node, failed.local_rank) for failed in reported}
+    found = []
+    for node, code in enumerate(codes):
+        if code == 0:
+            continue
+        for local_rank, path in latest_rank_logs(spec.workdir, node).items():
+            last_lines = tail(path)
+            if (node, local_rank) in named or not EXCEPTION_LINE.search(last_lines):
+                continue
+            said = RANK_PREFIX.search(last_lines)
+            found.append(FailedRank(said[1] if said else "?", node, local_rank, None, path, last_lines))
+    return found
+
+
+def latest_rank_logs(workdir: Path, node: int) -> dict[int, Path]:
+    """Each local rank's log from the node's last attempt."""
+    by_rank = {}
+    for path in sorted((workdir / f"node{node}").glob("*/attempt_*/*/stderr.log")):
+        if path.parent.name.isdigit():
+            by_rank[int(path.parent.name)] = path
+    return dict(sorted(by_rank.items()))
+
+
+def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path],
+                     node_names: Sequence[str] = ()) -> LaunchFailed:
+    """Names the rank that failed first, how, and the tail of its own log; else the agent's log. Only nodes whose
+    agent failed are searched; a rank that died of another's failure (its peer gone) is named only when no other
+    cause is found, in its agent's report or its own log. ``node_names`` (a launcher's host names) join the node
+    numbers."""
+    def where(node: int) -> str:
+        return f"node {node} ({node_names[node]})" if node < len(node_names) and node_names[node] else f"node {node}"
+
+    def caused(failures: Sequence[FailedRank]) -> list[FailedRank]:
+        return [failed for failed in failures if not PEER_FAILED.search(failed.last_lines)]
+
+    reported = reported_failures(spec, codes, logs)
+    causes = caused(reported)
+    if not causes:
+        unreported = unreported_failures(spec, codes, reported)
+        causes = caused(unreported) or reported or unreported
+    if causes:
+        failed = causes[0]
+        kind = failure_kind(failed.last_lines)
+        hung = "a collective hung and the NCCL watchdog ended it: " if NCCL_WATCHDOG.search(failed.last_lines) else ""
+        how = (f"{exit_description(failed.code)}." if failed.code is not None else
+               "its exit code was not reported (its torchrun agent ended first, when another node failed).")
+        if PEER_FAILED.search(failed.last_lines):
+            hint = (f"\nThis rank lost its connection to another, which most likely failed first, but no other "
+                    f"rank's log says why: look at every node's logs under {spec.workdir}.")
+        elif failed.code == -signal.SIGABRT and EXIT_ABORT.search(failed.last_lines):
+            hint = EXIT_ABORT_HINT
+        else:
+            hint = ""
         return LaunchFailed(
             kind,
-            f"{hung}rank {rank} ({where(node)}, local rank {local_rank}) failed: {exit_description(code)}.\n"
-            f"Last lines of {path}:\n{last_lines}{hint}",
-            path,
+            f"{hung}rank {failed.rank} ({where(failed.node)}, local rank {failed.local_rank}) failed: {how}\n"
+            f"Last lines of {failed.log}:\n{failed.last_lines}{hint}",
+            failed.log,
         )
     node = next(i for i, code in enumerate(codes) if code != 0)
     last_lines = tail(logs[node])

@@ -124,18 +124,18 @@ def ask_for_stacks(spec: LaunchSpec, run_id: str) -> int:
 
 
 def diagnose_srun(spec: LaunchSpec, code: int, logs: Sequence[Path], srun_log: Path) -> LaunchFailed:
-    """Names the node whose task failed first (srun's own error lines, in order), then its rank and log tail."""
+    """Every node whose task srun saw fail is searched for the failed rank. srun's order does not name the cause:
+    --kill-on-bad-exit stops the other agents, so a node whose rank only lost its peer can be the first to end."""
     text = srun_log.read_text(errors="replace") if srun_log.exists() else ""
-    failed = list(SRUN_TASK_ERROR.finditer(text))
+    failed = [m for m in SRUN_TASK_ERROR.finditer(text) if int(m["task"]) < spec.nodes]
     names = {int(m["task"]): m["node"] for m in failed}
-    first = next((m for m in failed if "Terminated" not in m["what"]), failed[0] if failed else None)
     codes = [0] * spec.nodes
-    if first is not None and int(first["task"]) < spec.nodes:
-        codes[int(first["task"])] = code or 1
-    else:
+    for match in failed:
+        codes[int(match["task"])] = code or 1
+    if not failed:
         codes = [code or 1] * spec.nodes
     failure = diagnose_failure(spec, codes, logs, node_names=[names.get(n, "") for n in range(spec.nodes)])
-    if first is None:
+    if not failed:
         failure.message += f"\nsrun exited with {code}; its messages are in {srun_log}"
     return failure
 
