@@ -200,7 +200,7 @@ def test_a_crash_whose_agent_was_stopped_first_is_named_from_the_ranks_own_log(t
     failure = diagnose_srun(spec, 1, logs, tmp_path / "srun.log")
     assert failure.kind == "crashed"
     assert failure.message.splitlines()[0] == ("rank 0 (node 1 (n2), local rank 0) failed: its exit code was not "
-                                               "reported (its torchrun agent ended first, when another node failed).")
+                                               "reported (its torchrun agent ended before it saw the rank fail).")
     assert failure.message.splitlines()[-1] == "[rank0]: RuntimeError: planted crash on node 1"
 
 
@@ -216,6 +216,25 @@ def test_a_rank_that_only_lost_its_peer_is_named_when_no_other_rank_says_why(tmp
     assert failure.message.splitlines()[-1] == (f"This rank lost its connection to another, which most likely "
                                                 f"failed first, but no other rank's log says why: look at every "
                                                 f"node's logs under {tmp_path}.")
+
+
+def test_a_root_cause_that_only_lost_its_peer_gives_way_to_the_agents_other_failure(tmp_path):
+    """torchrun's root cause is the failure its agent observed first; on one node, that can be the rank whose
+    collective lost the rank that crashed. The crashed rank, in the report's other failures, is named instead."""
+    from perfgate.launch.diagnose import diagnose_failure
+
+    for local_rank, last_line in enumerate([PEER_CLOSED, "[rank1]: ValueError: bad batch"]):
+        rank_dir = tmp_path / "node0" / "run_x" / "attempt_0" / str(local_rank)
+        rank_dir.mkdir(parents=True)
+        (rank_dir / "stderr.log").write_text(f"Traceback (most recent call last):\n{last_line}\n")
+    agent_log = tmp_path / "agent0.log"
+    agent_log.write_text(
+        "Failures:\n[1]:\n  time      : 2026-11-26_14:02:44\n  host      : localhost\n  rank      : 1 (local_rank: 1)\n"
+        "  exitcode  : 13 (pid: 12)\n  error_file: <N/A>\n------\nRoot Cause (first observed failure):\n[0]:\n"
+        "  time      : 2026-11-26_14:02:43\n  host      : localhost\n  rank      : 0 (local_rank: 0)\n"
+        "  exitcode  : -6 (pid: 11)\n  error_file: <N/A>\n")
+    failure = diagnose_failure(LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=1), [1], [agent_log])
+    assert failure.message.splitlines()[0] == "rank 1 (node 0, local rank 1) failed: exit code 13."
 
 
 def rank_logs(tmp_path, tails, code=-6):

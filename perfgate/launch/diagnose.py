@@ -91,11 +91,9 @@ def timed_out(spec: LaunchSpec, logs: Sequence[Path]) -> LaunchFailed:
     )
 
 
-_ROOT_CAUSE = re.compile(
-    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)"
-    r".*?exitcode\s*:\s*(?P<code>-?\d+)",
-    re.S,
-)
+ROOT_CAUSE = "Root Cause (first observed failure):"
+_REPORTED_RANK = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)\s+exitcode\s*:\s*(?P<code>-?\d+)")
+"""One failed rank in the report torchrun's agent prints when its ranks fail (ChildFailedError)."""
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -143,18 +141,22 @@ class FailedRank(NamedTuple):
 
 
 def reported_failures(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path]) -> list[FailedRank]:
-    """The rank each failed agent names as its root cause, with that rank's exit code."""
+    """The ranks each failed agent reports, with their exit codes: its root cause first, then its other failures
+    (the root cause is only the first failure it observed, which can be a rank that lost its peer)."""
     found = []
     for node, log in enumerate(logs):
-        if codes[node] == 0:
+        text = log.read_text(errors="replace") if codes[node] != 0 and log.exists() else ""
+        root = text.rfind(ROOT_CAUSE)
+        if root < 0:
             continue
-        text = log.read_text(errors="replace") if log.exists() else ""
-        match = _ROOT_CAUSE.search(text)
-        if match is None:
-            continue
-        local_rank = int(match["local"])
-        path = rank_log(spec.workdir, node, local_rank) or log
-        found.append(FailedRank(match["rank"], node, local_rank, int(match["code"]), path, tail(path)))
+        report = sorted(_REPORTED_RANK.finditer(text, max(text.rfind("Failures:", 0, root), 0)),
+                        key=lambda entry: entry.start() < root)
+        first_entries: dict[int, re.Match] = {}
+        for entry in report:
+            first_entries.setdefault(int(entry["local"]), entry)
+        for local_rank, entry in first_entries.items():
+            path = rank_log(spec.workdir, node, local_rank) or log
+            found.append(FailedRank(entry["rank"], node, local_rank, int(entry["code"]), path, tail(path)))
     return found
 
 
@@ -207,7 +209,7 @@ def diagnose_failure(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Path
         kind = failure_kind(failed.last_lines)
         hung = "a collective hung and the NCCL watchdog ended it: " if NCCL_WATCHDOG.search(failed.last_lines) else ""
         how = (f"{exit_description(failed.code)}." if failed.code is not None else
-               "its exit code was not reported (its torchrun agent ended first, when another node failed).")
+               "its exit code was not reported (its torchrun agent ended before it saw the rank fail).")
         if PEER_FAILED.search(failed.last_lines):
             hint = (f"\nThis rank lost its connection to another, which most likely failed first, but no other "
                     f"rank's log says why: look at every node's logs under {spec.workdir}.")
