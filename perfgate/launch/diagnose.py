@@ -131,6 +131,8 @@ def failure_kind(rank_log_tail: str) -> str:
 
 
 class FailedRank(NamedTuple):
+    """A rank that failed, as its agent reported it or its own log shows; ``rank`` is "?" where neither says."""
+
     rank: str
     node: int
     local_rank: int
