@@ -114,8 +114,7 @@ def exit_description(code: int) -> str:
 
 
 def rank_log(workdir: Path, node: int, local_rank: int) -> Path | None:
-    matches = sorted((workdir / f"node{node}").glob(f"*/attempt_*/{local_rank}/stderr.log"))
-    return matches[-1] if matches else None
+    return latest_rank_logs(workdir, node).get(local_rank)
 
 
 def failure_kind(rank_log_tail: str) -> str:
@@ -151,12 +150,9 @@ def reported_failures(spec: LaunchSpec, codes: Sequence[int], logs: Sequence[Pat
         root = text.rfind(ROOT_CAUSE)
         if root < 0:
             continue
-        report = sorted(_REPORTED_RANK.finditer(text, max(text.rfind("Failures:", 0, root), 0)),
-                        key=lambda entry: entry.start() < root)
-        first_entries: dict[int, re.Match] = {}
-        for entry in report:
-            first_entries.setdefault(int(entry["local"]), entry)
-        for local_rank, entry in first_entries.items():
+        others = max(text.rfind("Failures:", 0, root), 0)
+        for entry in [*_REPORTED_RANK.finditer(text, root), *_REPORTED_RANK.finditer(text, others, root)]:
+            local_rank = int(entry["local"])
             path = rank_log(spec.workdir, node, local_rank) or log
             found.append(FailedRank(entry["rank"], node, local_rank, int(entry["code"]), path, tail(path)))
     return found
