@@ -17,6 +17,13 @@ two busy processes beside the whole run (``--load training``: a second 2-rank tr
 CI runner.
 
 The results file is rewritten after every trial; ``--resume`` continues a stopped run of the same plan.
+
+    python benchmarks/detection_power.py --rejudge results/detection_power.json
+
+decides each recorded trial again by the gate's current rules from the runs it recorded (its first
+``--perf-repeats`` runs, then one more while the gate would ask for one): how a change to the rules that stops
+no later than the recorded trials did would have decided them, and with how many runs. A rule that asks for more
+runs than were recorded cannot be replayed, so each trial ends at its recorded count at most.
 """
 
 from __future__ import annotations
@@ -40,7 +47,11 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from background_load import busy_processes, training_job  # noqa: E402
 
 from perfgate.config.cases import baseline_path  # noqa: E402
+from perfgate.config.settings import Settings  # noqa: E402
 from perfgate.judge import baselines  # noqa: E402
+from perfgate.judge.gate import undecided  # noqa: E402
+from perfgate.measure import stats  # noqa: E402
+from perfgate.measure.metrics import METRICS  # noqa: E402
 
 
 def pytest_command(args: argparse.Namespace, baseline_dir: Path, *extra: str) -> list[str]:
@@ -104,6 +115,45 @@ def summarize(trials: list[dict], sizes: list[float]) -> list[str]:
     return lines
 
 
+def rejudge(trial: dict, paired: bool, first: int) -> tuple[bool, int]:
+    """One recorded trial decided again by the gate's rules: whether it fails, and after how many runs (pairs)."""
+    rows = trial["metrics"]
+    recorded = min(len(row["run_values"]) for row in rows)
+    runs = min(first, recorded)
+    while True:
+        reference = baselines.Baseline("rejudged", "detection-power", {
+            row["metric"]: baselines.MetricBaseline(row["baseline"], METRICS[row["metric"]].better, row["tolerance"],
+                                                    row["unit"], tuple(row["baseline_runs"][:runs] if paired
+                                                                       else row["baseline_runs"]))
+            for row in rows}, provenance={})
+        verdicts = baselines.judge(reference, {row["metric"]: row["run_values"][:runs] for row in rows},
+                                   stats.compare_pairs if paired else stats.compare_runs)
+        if not undecided({v.outcome for v in verdicts}) or runs >= recorded:
+            return any(stats.settle(v.decision).outcome == "FAIL" for v in verdicts), runs
+        runs += 1
+
+
+def print_rejudged(path: Path) -> None:
+    """Each size's trials as recorded and as the gate's current rules decide them from the same runs."""
+    recorded = json.loads(path.read_text())
+    if any(arg.startswith("--perf-ab-resolve") for arg in recorded["pytest_args"]):
+        sys.exit("--rejudge: trials run under --perf-ab-resolve look at a 99 % interval after every pair; not replayed")
+    paired, first = recorded["against"] is not None, Settings().repeats
+    print("| planted slowdown | trials | failed: recorded / rejudged | runs per trial: recorded / rejudged | "
+          "max time to verdict: recorded / rejudged |")
+    print("|---|---|---|---|---|")
+    trials = [t for t in recorded["trials"] if t["metrics"]]
+    for size in sorted({t["slowdown"] for t in trials}):
+        mine = [t for t in trials if t["slowdown"] == size]
+        again = [rejudge(t, paired, first) for t in mine]
+        counts = [min(len(row["run_values"]) for row in t["metrics"]) for t in mine]
+        # A trial's time scales with its runs: each pair (run) takes about as long as the others.
+        seconds = [t["seconds"] * runs / count for t, (_, runs), count in zip(mine, again, counts)]
+        print(f"| {size:.0%} | {len(mine)} | {sum(t['failed'] for t in mine)} / {sum(f for f, _ in again)} | "
+              f"{statistics.fmean(counts):.1f} / {statistics.fmean(r for _, r in again):.1f} | "
+              f"{max(t['seconds'] for t in mine):.0f} s / {max(seconds):.0f} s |")
+
+
 def measure_baseline(args: argparse.Namespace, baseline_dir: Path) -> dict:
     code, seconds = run_session(pytest_command(args, baseline_dir, "--update-baselines"))
     if code != 0:
@@ -150,8 +200,13 @@ def main() -> int:
                         "job (default %(default)s)")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "detection_power.json")
     parser.add_argument("--resume", action="store_true", help="continue the run that --out holds (same plan)")
+    parser.add_argument("--rejudge", type=Path, metavar="RESULTS",
+                        help="decide the trials of a results file again by the gate's current rules; run nothing")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest options (after --), e.g. --perf-steps 20")
     args = parser.parse_args()
+    if args.rejudge:
+        print_rejudged(args.rejudge)
+        return 0
     # A SIGTERM leaves through the with blocks below, so the load, the running session and the scratch go with it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 

@@ -1,6 +1,7 @@
 """benchmarks/detection_power.py tallies each planted size's verdicts."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 SPEC = importlib.util.spec_from_file_location("detection_power",
@@ -25,3 +26,32 @@ def test_a_trials_verdict_is_read_from_its_result(tmp_path):
     (tmp_path / "case" / "result.json").write_text('{"verdict": "unresolved", "metrics": [{"metric": "m"}]}')
     assert detection_power.judged(tmp_path) == {"verdict": "unresolved", "metrics": [{"metric": "m"}]}
     assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": []}
+
+
+def row(metric, unit, tolerance, reference, candidate):
+    return {"metric": metric, "unit": unit, "tolerance": tolerance, "baseline": reference[0], "runs": len(candidate),
+            "change": 0.0, "baseline_runs": reference, "run_values": candidate}
+
+
+CAUGHT_BY_THE_CPU_CLOCK = {"slowdown": 0.1, "failed": True, "seconds": 250.0, "verdict": "FAIL", "metrics": [
+    row("cpu_seconds_per_sample", "CPU s/sample", 0.02, [1.0] * 5, [1.10, 1.11, 1.09, 1.10, 1.10]),
+    row("fastest_step_samples_per_second", "samples/s", 0.06, [100.0] * 5, [80.0, 100.0, 90.0, 100.0, 80.0])]}
+"""Pairs that the gate's former rule ran to its 5-pair cap: the CPU clock fails at the third, the wall clock's
+fastest step is 10 % worse but not significant."""
+
+
+def test_rejudging_replays_a_trial_by_the_gates_rules_and_stops_where_they_stop():
+    assert detection_power.rejudge(CAUGHT_BY_THE_CPU_CLOCK, paired=True, first=3) == (True, 3)
+    unchanged = {**CAUGHT_BY_THE_CPU_CLOCK, "metrics": [
+        row("cpu_seconds_per_sample", "CPU s/sample", 0.02, [1.0] * 5, [1.0, 1.01, 0.99, 1.0, 1.0]),
+        row("fastest_step_samples_per_second", "samples/s", 0.06, [100.0] * 5, [100.0, 99.0, 101.0, 100.0, 100.0])]}
+    assert detection_power.rejudge(unchanged, paired=True, first=3) == (False, 3)
+    still_open = {**CAUGHT_BY_THE_CPU_CLOCK, "metrics": CAUGHT_BY_THE_CPU_CLOCK["metrics"][1:]}
+    assert detection_power.rejudge(still_open, paired=True, first=3) == (False, 5)
+
+
+def test_the_rejudged_table_sets_the_recorded_trials_beside_their_replay(tmp_path, capsys):
+    results = tmp_path / "dp.json"
+    results.write_text(json.dumps({"against": "HEAD", "pytest_args": [], "trials": [CAUGHT_BY_THE_CPU_CLOCK]}))
+    detection_power.print_rejudged(results)
+    assert capsys.readouterr().out.splitlines()[-1] == "| 10% | 1 | 1 / 1 | 5.0 / 3.0 | 250 s / 150 s |"

@@ -23,6 +23,7 @@ from perfgate.records import host_wait
 from perfgate.report import terminal
 
 METRIC = "samples_per_second"
+CPU = "cpu_seconds_per_sample"
 DETECTED = "cpu-test-2c-n1"
 
 
@@ -44,7 +45,8 @@ class FakeMeasurer:
         return self.measurement
 
     def launch_once(self, planned):
-        run_metrics = {METRIC: self._values[self.launches]}
+        value = self._values[self.launches]
+        run_metrics = dict(value) if isinstance(value, dict) else {METRIC: value}
         if self._probe is not None:
             run_metrics["probe_matmul_gflops"] = self._probe
         self.measurement.runs.append({"run": self.launches, "metrics": run_metrics})
@@ -52,9 +54,9 @@ class FakeMeasurer:
         self._log.append(self._name)
 
 
-def make_plan(tmp_path, version="1", tolerance=None):
+def make_plan(tmp_path, version="1", tolerance=None, gated=(METRIC,)):
     case = Case("w", "c", ("w.py",), cpu=Flavour({}, tolerance=tolerance, tolerance_floor=0.05),
-                gated=(METRIC,), version=version)
+                gated=gated, version=version)
     return Plan(CaseRun(case, "cpu"), LaunchSpec(entry=(), workdir=tmp_path / "work"), Hardware("cpu", 2),
                 "k", DETECTED, 2, 10, 2, tmp_path / "b" / "k" / "w-c-cpu.json", "suite.py::test[c-cpu]")
 
@@ -117,6 +119,23 @@ def test_runs_still_inconclusive_at_the_cap_pass_saying_so(tmp_path):
     assert checker.check()["verdict"] == "pass"
     assert measurer.launches == 3
     assert "but not significant yet" in measurer.result["metrics"][0]["reason"]
+
+
+def test_a_fail_on_one_metric_ends_the_case_while_another_is_still_inconclusive(tmp_path):
+    """The CPU clock 30 % worse and significant at the first look; the wall clock 12 % worse but inside its wide
+    baseline (inconclusive). More runs could settle the wall clock, not the case's FAIL, so none is launched."""
+    plan = make_plan(tmp_path, gated=(METRIC, CPU))
+    baseline = Baseline(plan.run.key, "k", {METRIC: MetricBaseline(100.0, "higher", 0.05, "samples/s", WIDE),
+                                            CPU: MetricBaseline(1.0, "lower", 0.02, "CPU s/sample",
+                                                                (0.99, 1.0, 1.01, 1.0, 1.0))},
+                        provenance={"hardware": {"detected_class": DETECTED}}, workload_version="1")
+    baselines.write(plan.baseline_file, baseline)
+    runs = [{METRIC: 88.0, CPU: 1.30}, {METRIC: 88.0, CPU: 1.31}, {METRIC: 88.0, CPU: 1.29}]
+    checker, measurer = gate(plan, runs * 2, repeats=3, max_repeats=6)
+    with pytest.raises(CaseFailed, match="significantly worse by 30.0%"):
+        checker.check()
+    assert measurer.launches == 3
+    assert {row["metric"]: row["verdict"] for row in measurer.result["metrics"]} == {METRIC: "pass", CPU: "FAIL"}
 
 
 def test_a_much_faster_run_warns_that_the_baseline_is_stale_or_fails_under_fail_stale(tmp_path):

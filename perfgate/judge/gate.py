@@ -2,9 +2,9 @@
 
 - judged: pass, FAIL (a significant regression beyond the tolerance), stale (significantly better: the
   reference is out of date; a warning, or a failure under --fail-stale); an inconclusive verdict
-  launches more runs, up to --perf-max-repeats; under A/B's --perf-ab-resolve, so does a pass that cannot yet
-  rule out the slowdown asked for, which ends unresolved if the runs run out (a warning, or a failure under
-  --fail-unresolved);
+  launches more runs, up to --perf-max-repeats, unless another metric already FAILs; under A/B's
+  --perf-ab-resolve, so does a pass that cannot yet rule out the slowdown asked for, which ends unresolved if the
+  runs run out (a warning, or a failure under --fail-unresolved);
 - no reference: skipped with how to create one (failed under --strict-baselines);
 - --update-baselines: the runs become the stored baseline, disturbed runs left out and re-measured;
   a baseline from other hardware, another workload version or a publication is refused.
@@ -25,6 +25,14 @@ from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.records import host_wait
+
+
+def undecided(outcomes: set[str]) -> bool:
+    """Whether the metrics' outcomes so far call for another run: one is inconclusive or unresolved, and none FAILs.
+    A FAIL decides the case, as it does once no other metric is open; more runs would only settle metrics that
+    cannot change it (beside two busy processes, 10 % plants the CPU clock caught at the third A/B pair ran on to
+    the fifth for the wall clock)."""
+    return "FAIL" not in outcomes and ("inconclusive" in outcomes or "unresolved" in outcomes)
 
 
 class StaleBaselineWarning(UserWarning):
@@ -159,9 +167,7 @@ class Gate:
                 verdicts = baselines.judge(baseline, current, self.compare, self.resolution)
             except baselines.BaselineError as exc:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
-            so_far = {v.outcome for v in verdicts}
-            undecided = "inconclusive" in so_far or ("unresolved" in so_far and "FAIL" not in so_far)
-            if not undecided or not self.may_measure_more(measurement, cap):
+            if not undecided({v.outcome for v in verdicts}) or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
         outcomes = [stats.settle(v.decision).outcome for v in verdicts]
