@@ -133,12 +133,22 @@ def rejudge(trial: dict, paired: bool, first: int) -> tuple[bool, int]:
         runs += 1
 
 
+def first_runs(pytest_args: list[str]) -> int:
+    """The runs every trial measured before the gate's first look: its --perf-repeats, else the default."""
+    for index, arg in enumerate(pytest_args):
+        if arg.startswith("--perf-repeats="):
+            return int(arg.partition("=")[2])
+        if arg == "--perf-repeats":
+            return int(pytest_args[index + 1])
+    return Settings().repeats
+
+
 def print_rejudged(path: Path) -> None:
     """Each size's trials as recorded and as the gate's current rules decide them from the same runs."""
     recorded = json.loads(path.read_text())
     if any(arg.startswith("--perf-ab-resolve") for arg in recorded["pytest_args"]):
         sys.exit("--rejudge: trials run under --perf-ab-resolve look at a 99 % interval after every pair; not replayed")
-    paired, first = recorded["against"] is not None, Settings().repeats
+    paired, first = recorded["against"] is not None, first_runs(recorded["pytest_args"])
     print("| planted slowdown | trials | failed: recorded / rejudged | runs per trial: recorded / rejudged | "
           "max time to verdict: recorded / rejudged |")
     print("|---|---|---|---|---|")

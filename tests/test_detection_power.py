@@ -55,3 +55,9 @@ def test_the_rejudged_table_sets_the_recorded_trials_beside_their_replay(tmp_pat
     results.write_text(json.dumps({"against": "HEAD", "pytest_args": [], "trials": [CAUGHT_BY_THE_CPU_CLOCK]}))
     detection_power.print_rejudged(results)
     assert capsys.readouterr().out.splitlines()[-1] == "| 10% | 1 | 1 / 1 | 5.0 / 3.0 | 250 s / 150 s |"
+
+
+def test_the_first_look_comes_after_the_trials_own_perf_repeats():
+    assert detection_power.first_runs([]) == 3
+    assert detection_power.first_runs(["--perf-steps", "20", "--perf-repeats", "5"]) == 5
+    assert detection_power.first_runs(["--perf-repeats=4"]) == 4
