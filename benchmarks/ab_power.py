@@ -31,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from perfgate.judge.gate import undecided  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
 from perfgate.measure.metrics import METRICS  # noqa: E402
 
@@ -43,29 +44,36 @@ def pair_log_ratios(result: dict, metric: str) -> list[float]:
 
 
 def verdict(noise: list[float], slowdown: float, first: int, cap: int, tolerance: float,
-            resolve: float | None = None) -> tuple[str, int]:
-    """The gate's decision on simulated pairs: ``noise`` holds ``cap`` pair log ratios, before the plant."""
-    logs = [x - math.log(1.0 + slowdown) for x in noise]
+            resolve: float | None = None, wall: tuple[list[float], float] | None = None) -> tuple[str, int]:
+    """The gate's decision on simulated pairs: ``noise`` holds ``cap`` pair log ratios, before the plant; ``wall``, a
+    second gated metric's (the wall clock beside the CPU clock) and its tolerance: the case is decided on both, by the
+    gate's rules for when another pair is measured."""
+    metrics = [(noise, tolerance)] + ([wall] if wall else [])
+    planted = math.log(1.0 + slowdown)
     pairs = first
     while True:
-        comparison = stats.compare_pairs([1.0] * pairs, [math.exp(x) for x in logs[:pairs]],
-                                         stats.paired_confidence(resolve))
-        decision = stats.decide(comparison, "higher", tolerance, resolve=resolve)
-        if decision.outcome not in ("inconclusive", "unresolved") or pairs >= cap:
-            return stats.settle(decision).outcome, pairs
+        decisions = [stats.decide(stats.compare_pairs([1.0] * pairs, [math.exp(x - planted) for x in logs[:pairs]],
+                                                      stats.paired_confidence(resolve)),
+                                  "higher", metric_tolerance, resolve=resolve)
+                     for logs, metric_tolerance in metrics]
+        if not undecided({d.outcome for d in decisions}) or pairs >= cap:
+            outcomes = [stats.settle(d).outcome for d in decisions]
+            return next((o for o in ("FAIL", "unresolved") if o in outcomes), outcomes[0]), pairs
         pairs += 1
 
 
 def predict(pair_sd: float, sizes: list[float], caps: list[int], first: int, tolerance: float, draws: int,
-            seed: int, resolve: float | None = None) -> dict[int, dict[float, tuple[float, float, float]]]:
+            seed: int, resolve: float | None = None,
+            wall: tuple[float, float] | None = None) -> dict[int, dict[float, tuple[float, float, float]]]:
     """Per cap and planted size: the shares of simulated cases that fail and that end unresolved, and the mean pairs
-    they took."""
+    they took (``wall``: a second gated metric's pair spread and tolerance, drawn independently)."""
     rng = random.Random(seed)
     table: dict[int, dict[float, tuple[float, float, float]]] = {}
     for cap in caps:
         table[cap] = {}
         for size in sizes:
-            outcomes = [verdict([rng.gauss(0.0, pair_sd) for _ in range(cap)], size, first, cap, tolerance, resolve)
+            outcomes = [verdict([rng.gauss(0.0, pair_sd) for _ in range(cap)], size, first, cap, tolerance, resolve,
+                                ([rng.gauss(0.0, wall[0]) for _ in range(cap)], wall[1]) if wall else None)
                         for _ in range(draws)]
             failed = sum(outcome == "FAIL" for outcome, _ in outcomes)
             unresolved = sum(outcome == "unresolved" for outcome, _ in outcomes)
@@ -75,11 +83,13 @@ def predict(pair_sd: float, sizes: list[float], caps: list[int], first: int, tol
 
 def print_table(title: str, pair_sd: float, tolerance: float, args: argparse.Namespace) -> None:
     print(f"\n{title}, tolerance {tolerance:.1%}" + (f", --perf-ab-resolve {args.resolve:g}" if args.resolve else "")
-          + "\n")
+          + (f"; beside it a wall clock of pair sd {args.wall_sd:.1%}, tolerance {args.wall_tolerance:.1%}"
+             if args.wall_sd is not None else "") + "\n")
     print("| pairs (first, cap) | " + " | ".join(f"{s:.0%} planted: failed{', unresolved' if args.resolve else ''} "
                                                 f"(pairs)" for s in args.sizes) + " |")
     print("|---|" + "---|" * len(args.sizes))
-    table = predict(pair_sd, args.sizes, args.caps, args.first, tolerance, args.draws, args.seed, args.resolve)
+    wall = (args.wall_sd, args.wall_tolerance) if args.wall_sd is not None else None
+    table = predict(pair_sd, args.sizes, args.caps, args.first, tolerance, args.draws, args.seed, args.resolve, wall)
     for cap, cells in table.items():
         cells_text = [f"{rate:.0%}{f', {open_:.0%}' if args.resolve else ''} ({pairs:.1f})"
                       for rate, open_, pairs in cells.values()]
@@ -101,6 +111,10 @@ def main() -> int:
     parser.add_argument("--metrics", nargs="+", metavar="NAME",
                         help="read these recorded metrics' pairs instead of the gated ones (every run records each "
                         "clock's statistics; the tolerance is --tolerance, or 2 %%)")
+    parser.add_argument("--wall-sd", type=float, help="also gate a second metric of this pair spread, as a CPU flavour "
+                        "gates the wall clock's fastest step beside the CPU clock (drawn independently)")
+    parser.add_argument("--wall-tolerance", type=float, default=0.06,
+                        help="that second metric's tolerance (default %(default)s: the CPU flavour's wall floor)")
     parser.add_argument("--draws", type=int, default=4000, help="simulated cases per cell")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

@@ -23,6 +23,16 @@ def test_noisy_pairs_measure_more_until_the_cap_then_an_unproven_slowdown_passes
     assert ab_power.verdict(noisy, 0.05, first=3, cap=5, tolerance=0.02) == ("pass", 5)
 
 
+def test_a_wall_clock_beside_the_cpu_clock_is_decided_with_it_and_a_fail_on_either_ends_the_case():
+    """The CPU clock's quiet pairs fail a 10 % plant at the third pair, while the wall clock's noisy ones are still
+    open: the case ends there. Where the CPU clock passes, the wall clock's open verdict measures on to the cap."""
+    quiet, noisy = [0.001, -0.001, 0.0, 0.001, -0.001], [0.08, -0.12, 0.10, -0.09, 0.07]
+    assert ab_power.verdict(quiet, 0.10, first=3, cap=5, tolerance=0.02, wall=(noisy, 0.06)) == ("FAIL", 3)
+    assert ab_power.verdict(quiet, 0.0, first=3, cap=5, tolerance=0.02, wall=(noisy, 0.06)) == ("pass", 3)
+    assert ab_power.verdict(quiet, 0.0, first=3, cap=5, tolerance=0.02,
+                            wall=([0.0, -0.2, -0.15, 0.0, -0.1], 0.06)) == ("pass", 5)
+
+
 def test_power_grows_with_the_slowdown_and_falls_with_the_pair_noise():
     sizes = [0.0, 0.05, 0.10]
     quiet = ab_power.predict(0.01, sizes, [5], 3, 0.02, 400, seed=1)[5]
