@@ -63,11 +63,10 @@ baselines: $(STAMP)
 	$(BIN)/python -m pytest tests_perf --update-baselines $(PYTEST_ARGS)
 	@echo "review the new baselines (git status baselines/; git diff baselines/), then commit them"
 
-# The tests run on two xdist workers (one file per worker at a time, so each real server starts once; the longest
-# files first, in tests/conftest.py's order), then the tests marked serial one at a time. A phase that PYTEST_ARGS
-# leaves empty (pytest's exit code 5) is no failure.
+# The tests run on two xdist workers (one file per worker at a time, so each real server starts once), then the
+# tests marked serial one at a time. A phase that PYTEST_ARGS leaves empty (pytest's exit code 5) is no failure.
 test: $(STAMP) $(OTHER_STAMP)
-	$(BIN)/python -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
+	$(BIN)/python -m pytest tests -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
 	$(BIN)/python -m pytest tests -m serial $(PYTEST_ARGS); alone=$$?; \
 	for code in $$parallel $$alone; do [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code; done
 
