@@ -15,7 +15,8 @@ benchmarks/detection_power.py measures the same thing live in hours.
 
 simulates given spreads instead, and ``--resolve R`` the rule of ``--perf-ab-resolve R``: a pass that cannot yet rule
 out R measures another pair too, every look at the 99 % interval, and what is still open at the cap is counted as
-unresolved.
+unresolved. ``--narrow W`` simulates a rule that was considered for the default gate and not built: a pass whose 95 %
+interval still reaches a slowdown of W measures another pair as well, within the cap, and passes there.
 """
 
 from __future__ import annotations
@@ -44,18 +45,23 @@ def pair_log_ratios(result: dict, metric: str) -> list[float]:
 
 
 def verdict(noise: list[float], slowdown: float, first: int, cap: int, tolerance: float,
-            resolve: float | None = None, wall: tuple[list[float], float] | None = None) -> tuple[str, int]:
+            resolve: float | None = None, wall: tuple[list[float], float] | None = None,
+            narrow: float | None = None) -> tuple[str, int]:
     """The gate's decision on simulated pairs: ``noise`` holds ``cap`` pair log ratios, before the plant; ``wall``, a
     second gated metric's (the wall clock beside the CPU clock) and its tolerance: the case is decided on both, by the
-    gate's rules for when another pair is measured."""
+    gate's rules for when another pair is measured (``narrow``: see --narrow)."""
     metrics = [(noise, tolerance)] + ([wall] if wall else [])
     planted = math.log(1.0 + slowdown)
     pairs = first
     while True:
-        decisions = [stats.decide(stats.compare_pairs([1.0] * pairs, [math.exp(x - planted) for x in logs[:pairs]],
-                                                      stats.paired_confidence(resolve)),
-                                  "higher", metric_tolerance, resolve=resolve)
-                     for logs, metric_tolerance in metrics]
+        decisions = []
+        for logs, metric_tolerance in metrics:
+            comparison = stats.compare_pairs([1.0] * pairs, [math.exp(x - planted) for x in logs[:pairs]],
+                                             stats.paired_confidence(resolve))
+            decision = stats.decide(comparison, "higher", metric_tolerance, resolve=resolve)
+            if narrow is not None and decision.outcome == "pass" and comparison.worse("higher")[2] >= narrow:
+                decision = stats.Decision("inconclusive", "a pass whose interval is wider than --narrow")
+            decisions.append(decision)
         if not undecided({d.outcome for d in decisions}) or pairs >= cap:
             outcomes = [stats.settle(d).outcome for d in decisions]
             return next((o for o in ("FAIL", "unresolved") if o in outcomes), outcomes[0]), pairs
@@ -63,8 +69,8 @@ def verdict(noise: list[float], slowdown: float, first: int, cap: int, tolerance
 
 
 def predict(pair_sd: float, sizes: list[float], caps: list[int], first: int, tolerance: float, draws: int,
-            seed: int, resolve: float | None = None,
-            wall: tuple[float, float] | None = None) -> dict[int, dict[float, tuple[float, float, float]]]:
+            seed: int, resolve: float | None = None, wall: tuple[float, float] | None = None,
+            narrow: float | None = None) -> dict[int, dict[float, tuple[float, float, float]]]:
     """Per cap and planted size: the shares of simulated cases that fail and that end unresolved, and the mean pairs
     they took (``wall``: a second gated metric's pair spread and tolerance, drawn independently)."""
     rng = random.Random(seed)
@@ -73,7 +79,8 @@ def predict(pair_sd: float, sizes: list[float], caps: list[int], first: int, tol
         table[cap] = {}
         for size in sizes:
             outcomes = [verdict([rng.gauss(0.0, pair_sd) for _ in range(cap)], size, first, cap, tolerance, resolve,
-                                ([rng.gauss(0.0, wall[0]) for _ in range(cap)], wall[1]) if wall else None)
+                                ([rng.gauss(0.0, wall[0]) for _ in range(cap)], wall[1]) if wall else None,
+                                narrow)
                         for _ in range(draws)]
             failed = sum(outcome == "FAIL" for outcome, _ in outcomes)
             unresolved = sum(outcome == "unresolved" for outcome, _ in outcomes)
@@ -83,13 +90,15 @@ def predict(pair_sd: float, sizes: list[float], caps: list[int], first: int, tol
 
 def print_table(title: str, pair_sd: float, tolerance: float, args: argparse.Namespace) -> None:
     print(f"\n{title}, tolerance {tolerance:.1%}" + (f", --perf-ab-resolve {args.resolve:g}" if args.resolve else "")
+          + (f", passes measured on while their interval reaches {args.narrow:.0%}" if args.narrow else "")
           + (f"; beside it a wall clock of pair sd {args.wall_sd:.1%}, tolerance {args.wall_tolerance:.1%}"
              if args.wall_sd is not None else "") + "\n")
     print("| pairs (first, cap) | " + " | ".join(f"{s:.0%} planted: failed{', unresolved' if args.resolve else ''} "
                                                 f"(pairs)" for s in args.sizes) + " |")
     print("|---|" + "---|" * len(args.sizes))
     wall = (args.wall_sd, args.wall_tolerance) if args.wall_sd is not None else None
-    table = predict(pair_sd, args.sizes, args.caps, args.first, tolerance, args.draws, args.seed, args.resolve, wall)
+    table = predict(pair_sd, args.sizes, args.caps, args.first, tolerance, args.draws, args.seed, args.resolve, wall,
+                    args.narrow)
     for cap, cells in table.items():
         cells_text = [f"{rate:.0%}{f', {open_:.0%}' if args.resolve else ''} ({pairs:.1f})"
                       for rate, open_, pairs in cells.values()]
@@ -102,12 +111,15 @@ def main() -> int:
     parser.add_argument("--pair-sd", type=float, nargs="+", default=[],
                         help="simulate these standard deviations of the pairs' log ratios instead (0.03 = 3 %%)")
     parser.add_argument("--resolve", type=float, help="simulate --perf-ab-resolve with this fraction")
+    parser.add_argument("--narrow", type=float, metavar="W",
+                        help="simulate a rule not built: a pass whose 95 %% interval reaches a slowdown of W measures "
+                        "another pair as well, within the cap")
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.0, 0.03, 0.05, 0.10])
     parser.add_argument("--caps", type=int, nargs="+", default=[5, 8, 12], help="--perf-max-repeats values")
     parser.add_argument("--first", type=int, default=3, help="--perf-repeats: pairs measured before deciding")
     parser.add_argument("--tolerance", type=float,
-                        help="the tolerance to simulate (default: each metric's own in the session, by --perf-ab-tolerance "
-                        "and the case's clocks)"),
+                        help="the tolerance to simulate (default: each metric's own in the session, by "
+                        "--perf-ab-tolerance and the case's clocks)")
     parser.add_argument("--metrics", nargs="+", metavar="NAME",
                         help="read these recorded metrics' pairs instead of the gated ones (every run records each "
                         "clock's statistics; the tolerance is --tolerance, or 2 %%)")
@@ -120,6 +132,8 @@ def main() -> int:
     args = parser.parse_args()
     if not args.results and not args.pair_sd:
         parser.error("give A/B sessions' result.json files, or --pair-sd")
+    if args.narrow is not None and args.resolve is not None:
+        parser.error("--narrow varies the default rule; --resolve has its own (a pass must rule R out)")
 
     for pair_sd in args.pair_sd:
         print_table(f"pair sd {pair_sd:.1%}", pair_sd, 0.02 if args.tolerance is None else args.tolerance, args)

@@ -85,3 +85,10 @@ def test_pair_sd_simulates_a_given_spread_under_resolve(monkeypatch, capsys):
     cell = row.split("|")[2].split("(")[0]
     unchanged_failed, unchanged_open = (float(x.strip().rstrip("%")) for x in cell.split(","))
     assert unchanged_failed <= 10 and unchanged_open >= 50, "7 % pairs cannot rule out 5 % within 6 pairs"
+
+
+def test_narrow_measures_a_wide_pass_on_to_the_cap_where_the_default_rule_passes_it_at_once():
+    noisy, quiet = [0.08, -0.12, 0.10, -0.09, 0.07], [0.001, -0.001, 0.0, 0.001, -0.001]
+    assert ab_power.verdict(noisy, 0.0, first=3, cap=5, tolerance=0.02) == ("pass", 3)
+    assert ab_power.verdict(noisy, 0.0, first=3, cap=5, tolerance=0.02, narrow=0.10) == ("pass", 5)
+    assert ab_power.verdict(quiet, 0.0, first=3, cap=5, tolerance=0.02, narrow=0.10) == ("pass", 3)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 
+from perfgate.launch import hang_stacks
 from perfgate.launch.hang_stacks import catches, request_stacks
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV
 
@@ -82,3 +83,16 @@ def test_on_a_shared_host_the_stacks_of_one_node_are_asked_for_and_the_reap_ends
         for proc in (node0, node1, other):
             proc.kill()
             proc.wait()
+
+
+def test_processes_that_share_a_stderr_are_asked_in_turns_and_the_others_at_once(monkeypatch):
+    """A rank and its two loader workers write to rank0.log, another rank to rank1.log: asked at once, the three
+    stacks in rank0.log would interleave."""
+    streams = {10: "rank0.log", 11: "rank0.log", 12: "rank0.log", 20: "rank1.log"}
+    events = []
+    monkeypatch.setattr(hang_stacks, "catches", lambda pid: True)
+    monkeypatch.setattr(hang_stacks, "stderr_of", streams.get)
+    monkeypatch.setattr(hang_stacks.os, "kill", lambda pid, signum: events.append(pid))
+    monkeypatch.setattr(hang_stacks.time, "sleep", lambda seconds: events.append(seconds))
+    assert request_stacks(streams) == 4
+    assert events == [10, 20, hang_stacks.TURN_S, 11, hang_stacks.TURN_S, 12, hang_stacks.ANSWER_S]
