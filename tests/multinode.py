@@ -112,10 +112,10 @@ WORKLOAD_CASES = (
 unmodified script under OptimizerSteps."""
 
 
-def run_workloads(launcher_args, into, env=None):
-    """Measures each of WORKLOAD_CASES once, short, as a fresh baseline (so each passes when its launch measured),
+def run_workloads(launcher_args, into, env=None, cases=WORKLOAD_CASES):
+    """Measures each of ``cases`` once, short, as a fresh baseline (so each passes when its launch measured),
     through the given launcher; returns the finished pytest session."""
-    command = [sys.executable, "-m", "pytest", *WORKLOAD_CASES, *launcher_args, "--update-baselines",
+    command = [sys.executable, "-m", "pytest", *cases, *launcher_args, "--update-baselines",
                "--perf-baseline-repeats", "1", "--perf-steps", "6", "--perf-warmup", "2", "--baseline-dir",
                str(into / "b"), "--hardware-class", "two-nodes", "--basetemp", str(into / "runs"),
                "-p", "no:cacheprovider", "-q", "-rs"]
