@@ -82,11 +82,12 @@ def run_session(command: list[str]) -> tuple[int, float]:
 
 
 def judged(basetemp: Path) -> dict:
-    """The case's verdict and the gate's per-metric rows (change, interval, p-value, runs, reason) from the trial's
-    result.json."""
+    """The case's verdict, the gate's per-metric rows (change, interval, p-value, runs, reason) and its plant check
+    (per metric, the change the plant should have made and the one measured) from the trial's result.json: on a
+    noisy runner, whether a missed plant took cannot be told afterwards without them."""
     found = sorted(basetemp.glob("*/result.json"))
     result = json.loads(found[0].read_text()) if found else {}
-    return {"verdict": result.get("verdict"), "metrics": result.get("metrics", [])}
+    return {"verdict": result.get("verdict"), "metrics": result.get("metrics", []), "plant": result.get("plant", [])}
 
 
 def size_and_trials(text: str) -> tuple[float, int | None]:

@@ -23,9 +23,11 @@ def test_the_table_counts_failed_and_unresolved_trials_apart_and_reads_trials_fr
 
 def test_a_trials_verdict_is_read_from_its_result(tmp_path):
     (tmp_path / "case").mkdir()
-    (tmp_path / "case" / "result.json").write_text('{"verdict": "unresolved", "metrics": [{"metric": "m"}]}')
-    assert detection_power.judged(tmp_path) == {"verdict": "unresolved", "metrics": [{"metric": "m"}]}
-    assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": []}
+    (tmp_path / "case" / "result.json").write_text(
+        '{"verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": false}]}')
+    assert detection_power.judged(tmp_path) == {"verdict": "unresolved", "metrics": [{"metric": "m"}],
+                                                "plant": [{"metric": "m", "took": False}]}
+    assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": [], "plant": []}
 
 
 def row(metric, unit, tolerance, reference, candidate):
