@@ -50,6 +50,8 @@ MARKERS = {
     "full_matrix": "a matrix case outside the representative default subset; runs with --full-matrix",
 }
 PROPERTY = "perfgate"
+SAYING = threading.Lock()
+"""Held while a progress line is written: the launches of a duet pair report from two threads."""
 CREATE_BASELINES_ENV = "PERFGATE_BASELINES_COMMAND"
 """Names the command that creates missing baselines in the summary (the Makefile sets `make baselines`)."""
 
@@ -312,8 +314,9 @@ class PerfGate:
         return self.config.pluginmanager.get_plugin("terminalreporter")
 
     def _is_tty(self) -> bool:
+        """Whether progress may rewrite its line: on a terminal, unless a duet pair's two launches share it."""
         terminal = self._terminal()
-        return bool(terminal is not None and terminal.isatty())
+        return bool(terminal is not None and terminal.isatty()) and not self.state.settings.ab_duet
 
     def _say(self, line: str, overwrite: bool) -> None:
         """Writes past pytest's output capture, so progress shows while a case runs."""
@@ -321,7 +324,7 @@ class PerfGate:
         capture = self.config.pluginmanager.get_plugin("capturemanager")
         if terminal is None or capture is None:
             return
-        with capture.global_and_fixture_disabled():
+        with SAYING, capture.global_and_fixture_disabled():
             if overwrite:
                 terminal.rewrite(line)
             else:

@@ -1,14 +1,19 @@
 """--perf-against: a git repository whose second commit makes the workload twice as slow, judged A/B."""
 
+import _thread
 import json
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
 from background_load import busy_processes
 
-from conftest import REPO
+from conftest import REPO, leftover_processes
+from perfgate.measure.measurer import LaunchStopped, launch_together
+from perfgate.outcome import CaseFailed
+from perfgate.records.steps import read_records
 
 SLEEPER = """
 import argparse, pathlib, time
@@ -96,11 +101,13 @@ def test_the_same_code_on_both_sides_passes_and_the_summary_names_both_commits(r
     assert worktrees(repo.path) == [f"worktree {repo.path}"], "the reference's checkout is removed at the end"
 
 
-def test_sigterm_during_a_reference_launch_ends_the_session_and_removes_the_reference_checkout(repo, tmp_path):
-    """CI cancels a job with SIGTERM; the reference's worktree must not outlive the session."""
+@pytest.mark.parametrize("duet", [[], ["--perf-ab-duet"]], ids=["in-turn", "duet"])
+def test_sigterm_during_a_reference_launch_ends_the_session_and_removes_the_reference_checkout(repo, tmp_path, duet):
+    """CI cancels a job with SIGTERM; the reference's worktree must not outlive the session, nor, under duet, the
+    launch running beside the reference's in another thread."""
     repo.makepyfile(sleeper=SLEEPER.format(step_s=0.5))
     git(repo.path, "commit", "-qam", "slow enough to be interrupted")
-    session = subprocess.Popen([*repo._getpytestargs(), *ARGS, "--perf-against", "HEAD", "-k", "sleep",
+    session = subprocess.Popen([*repo._getpytestargs(), *ARGS, "--perf-against", "HEAD", "-k", "sleep", *duet,
                                 "--basetemp", str(tmp_path / "bt")], cwd=repo.path,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
@@ -112,6 +119,76 @@ def test_sigterm_during_a_reference_launch_ends_the_session_and_removes_the_refe
     assert session.returncode != 0
     assert "SIGTERM received" in output
     assert worktrees(repo.path) == [f"worktree {repo.path}"], output[-2000:]
+    assert leftover_processes(str(tmp_path / "bt")) == []
+
+
+def measured_span(run_dir):
+    """The wall-clock span of a run's measured steps (after the 2 warm-up steps), from its step records."""
+    steps = read_records(run_dir / "steps.jsonl").steps[2:]
+    return steps[0].t - steps[0].step_s, steps[-1].t
+
+
+def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
+    """--perf-ab-duet: a slow spell of the host must fall on both sides, so their measured steps must coincide."""
+    repo.makepyfile(sleeper=SLEEPER.format(step_s=0.3))
+    git(repo.path, "commit", "-qam", "steps long enough to overlap")
+    result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-ab-duet", "--perf-max-repeats", "2")
+    result.assert_outcomes(passed=1)
+    candidate = max(repo.path.glob("**/test_case_sleep_cpu_0"), key=lambda p: p.stat().st_mtime)
+    for pair in range(2):
+        (a_start, a_end), (b_start, b_end) = (measured_span(candidate / side / f"run{pair}")
+                                              for side in ("reference", "."))
+        overlap = min(a_end, b_end) - max(a_start, b_start)
+        assert overlap > 0.5 * min(a_end - a_start, b_end - b_start), (pair, a_start, a_end, b_start, b_end)
+
+
+def test_under_duet_a_side_that_crashes_stops_the_other_and_is_what_the_case_reports(repo):
+    repo.makepyfile(sleeper="import sys\nsys.exit('planted crash of the reference')\n")
+    git(repo.path, "commit", "-qam", "a reference that crashes")
+    repo.makepyfile(sleeper=SLEEPER.format(step_s=3.0))
+    git(repo.path, "commit", "-qam", "a candidate that would take 24 s")
+    result = run(repo, "--perf-against", "HEAD~1", "-k", "sleep", "--perf-ab-duet")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*sleeper-sleep-cpu @ HEAD~1: crashed in run 1*"])
+    candidate = max(repo.path.glob("**/test_case_sleep_cpu_0/run0"), key=lambda p: p.stat().st_mtime)
+    records = candidate / "steps.jsonl"
+    assert not records.exists() or read_records(records).end is None, "the candidate was stopped before it finished"
+    assert leftover_processes(str(repo.path)) == []
+
+
+class DuetSide:
+    """A side of a duet pair: its launch raises ``failure`` (or interrupts the session) at once, or runs until it is
+    told to stop."""
+
+    def __init__(self, failure=None, interrupts=False, started=None):
+        self.failure, self.interrupts, self.started, self.stopped = failure, interrupts, started, False
+
+    def launch_once(self, planned, stop):
+        if self.started is not None:
+            self.started.wait(timeout=30)
+        if self.failure is not None:
+            raise self.failure
+        if self.interrupts:
+            _thread.interrupt_main()
+        if not stop.wait(timeout=30):
+            raise AssertionError("never told to stop")
+        self.stopped = True
+        raise LaunchStopped("stopped")
+
+
+def test_a_duet_side_that_fails_stops_the_other_and_its_failure_is_raised():
+    waiting = DuetSide()
+    with pytest.raises(CaseFailed, match="the reference crashed"):
+        launch_together([DuetSide(CaseFailed("the reference crashed")), waiting], planned=2)
+    assert waiting.stopped
+
+
+def test_an_interrupted_duet_pair_stops_both_sides_and_raises_the_interrupt():
+    both_running = threading.Barrier(2)
+    sides = [DuetSide(interrupts=True, started=both_running), DuetSide(started=both_running)]
+    with pytest.raises(KeyboardInterrupt):
+        launch_together(sides, planned=2)
+    assert [side.stopped for side in sides] == [True, True]
 
 
 def test_a_commit_twice_as_slow_fails_against_its_parent(repo):

@@ -205,6 +205,10 @@ OPTIONS = (
            "a warning that says how large a slowdown it could have missed (default: a change within the tolerance "
            "passes however wide its interval)",
            slowdown, None, "FRACTION"),
+    Option("--perf-ab-duet", "ab_duet", "under --perf-against(-python), launch the two sides of each pair at the "
+           "same time on this host's cores instead of one after the other (duet benchmarking): a slow spell of a shared "
+           "host then falls on both, and each side's CPU clock counts its own work; for CPU flavours on the local "
+           "launcher, since a GPU case's sides would share its GPUs (docs/ab.md)"),
     Option("--fail-unresolved", "fail_unresolved", "fail a case that --perf-ab-resolve leaves unresolved "
            "(default: warn)"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
@@ -259,6 +263,7 @@ class Settings:
     ab_tolerance: float = 0.02
     ab_budget: float | None = None
     ab_resolve: float | None = None
+    ab_duet: bool = False
     fail_unresolved: bool = False
     json_path: Path | None = None
     results_path: Path | None = None
@@ -338,6 +343,13 @@ def resolve(config: pytest.Config) -> Settings:
         if given is not None and not (settings.against or settings.against_python):
             raise pytest.UsageError(f"perfgate: {flag} is about the pairs of --perf-against(-python); without it "
                                     "there are no pairs (the stored-baseline gate is limited by --perf-max-repeats)")
+    if settings.ab_duet and not (settings.against or settings.against_python):
+        raise pytest.UsageError("perfgate: --perf-ab-duet launches the two sides of each pair of --perf-against(-python) "
+                                "at once; without it there are no pairs")
+    if settings.ab_duet and settings.launcher != "local":
+        raise pytest.UsageError(f"perfgate: --perf-ab-duet runs both sides of a pair at once on this host's cores; "
+                                f"--launcher {settings.launcher} would start two jobs at once on the cluster's nodes, "
+                                "which perfgate does not do: leave --perf-ab-duet out there")
     if settings.ab_resolve is not None and settings.ab_resolve <= settings.ab_tolerance:
         raise pytest.UsageError(f"perfgate: --perf-ab-resolve {settings.ab_resolve:g} is not above --perf-ab-tolerance "
                                 f"{settings.ab_tolerance:g}: a slowdown within the tolerance passes whatever the pairs "

@@ -21,7 +21,7 @@ from perfgate.judge.gate import Gate
 from perfgate.judge.revision import Revision
 from perfgate.launch.plan import Plan
 from perfgate.measure import stats
-from perfgate.measure.measurer import Measurement, Measurer
+from perfgate.measure.measurer import Measurement, Measurer, launch_together
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed
 
@@ -99,6 +99,10 @@ class ABGate(Gate):
         return RESOLVE_PAIRS if self.settings.ab_resolve else self.settings.repeats + 2
 
     def check(self) -> dict[str, Any]:
+        if self.settings.ab_duet and self.plan.run.kind == "gpu":
+            raise CaseFailed(f"{self.plan.run.key}: --perf-ab-duet launches both sides of a pair at once, and on a GPU "
+                             "flavour they would share its GPUs, each measuring the other's work: leave --perf-ab-duet "
+                             "out for GPU cases (-m gpu), or select CPU flavours (-m cpu)")
         self.started, self.pair_seconds = self.clock(), []
         try:
             for _ in range(self.settings.repeats):
@@ -135,11 +139,15 @@ class ABGate(Gate):
         return self.reference.load()
 
     def _pair(self, planned: int) -> None:
-        """One launch of each side; every other pair starts with the candidate (ABBA)."""
+        """One launch of each side: under --perf-ab-duet both at once, else one after the other, every other pair
+        starting with the candidate (ABBA)."""
         sides = [self.reference.measurer, self.measurer]
         if len(self.measurer.measurement.runs) % 2:
             sides.reverse()
         began = self.clock()
-        for side in sides:
-            side.launch_once(planned)
+        if self.settings.ab_duet:
+            launch_together(sides, planned)
+        else:
+            for side in sides:
+                side.launch_once(planned)
         self.pair_seconds.append(self.clock() - began)

@@ -12,11 +12,12 @@ import dataclasses
 import json
 import shlex
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan
@@ -37,6 +38,11 @@ class TeardownFailureWarning(UserWarning):
 
 class LowGpuUtilizationWarning(UserWarning):
     """A GPU case kept its GPUs busy less than --perf-min-gpu-util of the window: it measures something else."""
+
+
+class LaunchStopped(Exception):
+    """A launch of a duet pair was stopped, its processes killed, because the other one failed or the session was
+    interrupted."""
 
 
 class Window:
@@ -122,8 +128,9 @@ class Measurer:
             self.launch_once(repeats)
         return self.measurement
 
-    def launch_once(self, planned: int) -> None:
-        """One whole torchrun launch in its own directory, with live progress; appends its metrics."""
+    def launch_once(self, planned: int, stop: threading.Event | None = None) -> None:
+        """One whole torchrun launch in its own directory, with live progress; appends its metrics. Once ``stop`` is
+        set the launch is stopped at its next poll, its processes killed (LaunchStopped)."""
         plan, result, measurement = self.plan, self.result, self.measurement
         index = len(measurement.runs)
         run_dir = plan.spec.workdir / f"run{index}"
@@ -136,6 +143,8 @@ class Measurer:
         window = Window(plan.warmup)
 
         def show_progress(elapsed: float) -> bool:
+            if stop is not None and stop.is_set():
+                raise LaunchStopped(f"{label}: stopped, the other launch of its pair ended first")
             try:
                 new_steps = follow()
             except RecordsError:
@@ -270,3 +279,36 @@ class Measurer:
         """The launch command as it can be rerun from the repository root on another host."""
         return (command.replace(str(run_dir), "$WORKDIR")
                 .replace(str(self._root) + "/", "").replace(sys.executable, "python"))
+
+
+def launch_together(measurers: Sequence[Measurer], planned: int) -> None:
+    """One launch of each measurer, all at the same time (a duet pair), each in a thread of its own. The first to
+    fail, or an interrupt of the session (Ctrl-C, SIGTERM), stops the others at their next poll, their processes
+    killed; then that failure or interrupt is raised."""
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def launch(measurer: Measurer) -> None:
+        try:
+            measurer.launch_once(planned, stop)
+        except BaseException as failure:  # handed to the main thread, which raises it
+            failures.append(failure)
+            stop.set()
+
+    threads = [threading.Thread(target=launch, args=(measurer,), name=f"perfgate-duet-{side}", daemon=True)
+               for side, measurer in enumerate(measurers)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)
+    except BaseException:
+        stop.set()
+        for thread in threads:
+            if thread.ident is not None:
+                thread.join()
+        raise
+    causes = [failure for failure in failures if not isinstance(failure, LaunchStopped)] or failures
+    if causes:
+        raise causes[0]
