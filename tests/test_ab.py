@@ -134,6 +134,7 @@ def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
     git(repo.path, "commit", "-qam", "steps long enough to overlap")
     result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-ab-duet", "--perf-max-repeats", "2")
     result.assert_outcomes(passed=1)
+    assert result_of(repo, "sleep")["duet"] is True
     candidate = max(repo.path.glob("**/test_case_sleep_cpu_0"), key=lambda p: p.stat().st_mtime)
     for pair in range(2):
         (a_start, a_end), (b_start, b_end) = (measured_span(candidate / side / f"run{pair}")

@@ -1,5 +1,6 @@
 """The gate's decisions on fake measurements: no torchrun, a measurer that hands out chosen values."""
 
+import dataclasses
 import json
 import math
 import re
@@ -44,7 +45,7 @@ class FakeMeasurer:
             self.launch_once(repeats)
         return self.measurement
 
-    def launch_once(self, planned):
+    def launch_once(self, planned, stop=None):
         value = self._values[self.launches]
         run_metrics = dict(value) if isinstance(value, dict) else {METRIC: value}
         if self._probe is not None:
@@ -265,6 +266,25 @@ def test_ab_launches_abba_and_judges_the_candidate_against_the_reference_runs(tm
     assert [run["metrics"][METRIC] for run in candidate.result["reference"]["per_run"]] == [100.0, 101.0]
     assert candidate.result["reference"]["commit"] == "0123456789abcdef"
     assert candidate.result["time_to_verdict_s"] >= 0
+
+
+def test_duet_pairs_judge_as_pairs_in_turn_do_and_the_result_says_duet(tmp_path):
+    plan = make_plan(tmp_path)
+    gate, candidate, order = ab_gate(plan, [100.0, 101.0], [70.0, 71.0], ab_duet=True)
+    with pytest.raises(CaseFailed, match="performance regression"):
+        gate.check()
+    assert sorted(order) == ["candidate", "candidate", "reference", "reference"]
+    assert candidate.result["duet"] is True
+
+
+def test_duet_refuses_a_gpu_flavour_before_any_launch(tmp_path):
+    """Both sides at once on one GPU would each measure the other's work."""
+    plan = make_plan(tmp_path)
+    plan = dataclasses.replace(plan, run=CaseRun(plan.run.case, "gpu"))
+    gate, _, order = ab_gate(plan, [100.0], [100.0], ab_duet=True)
+    with pytest.raises(CaseFailed, match=r"--perf-ab-duet .* would share its GPUs"):
+        gate.check()
+    assert order == []
 
 
 def test_a_b_calls_a_much_faster_candidate_an_improvement_not_a_stale_baseline(tmp_path):

@@ -1,7 +1,8 @@
 """A/B in one job (``--perf-against REF``): the working tree judged against a reference revision measured
 beside it, launch for launch, so that a machine's drift falls on both alike.
 
-Launches come in pairs whose order alternates (ABBA...). The reference's runs so far stand in for a
+Launches come in pairs whose order alternates (ABBA...), or, under --perf-ab-duet, whose two launches run at
+the same time, so that a shared host's slow spells fall on both. The reference's runs so far stand in for a
 stored baseline, with --perf-ab-tolerance as its tolerance, and the candidate is judged pair by pair
 (stats.compare_pairs: a paired t interval of the runs' log ratios), since drift moves both runs of a
 pair alike; the gate's decision rules apply. An inconclusive verdict measures another pair, up to
@@ -104,6 +105,8 @@ class ABGate(Gate):
                              "flavour they would share its GPUs, each measuring the other's work: leave --perf-ab-duet "
                              "out for GPU cases (-m gpu), or select CPU flavours (-m cpu)")
         self.started, self.pair_seconds = self.clock(), []
+        if self.settings.ab_duet:
+            self.result["duet"] = True
         try:
             for _ in range(self.settings.repeats):
                 self._pair(self.settings.repeats)

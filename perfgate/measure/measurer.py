@@ -144,7 +144,8 @@ class Measurer:
 
         def show_progress(elapsed: float) -> bool:
             if stop is not None and stop.is_set():
-                raise LaunchStopped(f"{label}: stopped, the other launch of its pair ended first")
+                raise LaunchStopped(f"{label}: stopped, as the other launch of its pair failed or the session "
+                                    "was interrupted")
             try:
                 new_steps = follow()
             except RecordsError:
