@@ -1,6 +1,6 @@
 """--perf-against: a git repository whose second commit makes the workload twice as slow, judged A/B."""
 
-import _thread
+import ctypes
 import json
 import signal
 import subprocess
@@ -158,10 +158,10 @@ def test_under_duet_a_side_that_crashes_stops_the_other_and_is_what_the_case_rep
 
 
 class DuetSide:
-    """A side of a duet pair: its launch raises ``failure`` (or interrupts the session) at once, or runs until it is
-    told to stop."""
+    """A side of a duet pair: its launch raises ``failure`` at once, or interrupts the thread that waits for the pair
+    (``interrupts``: that thread's id) as Ctrl-C would, or runs until it is told to stop."""
 
-    def __init__(self, failure=None, interrupts=False, started=None):
+    def __init__(self, failure=None, interrupts=None, started=None):
         self.failure, self.interrupts, self.started, self.stopped = failure, interrupts, started, False
 
     def launch_once(self, planned, stop):
@@ -169,8 +169,11 @@ class DuetSide:
             self.started.wait(timeout=30)
         if self.failure is not None:
             raise self.failure
-        if self.interrupts:
-            _thread.interrupt_main()
+        if self.interrupts is not None:
+            # Raised in the waiting thread itself, whatever the process does with SIGINT and whichever thread runs
+            # the test: under pytest-xdist, _thread.interrupt_main() did not reach it.
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.interrupts),
+                                                       ctypes.py_object(KeyboardInterrupt))
         if not stop.wait(timeout=30):
             raise AssertionError("never told to stop")
         self.stopped = True
@@ -186,7 +189,7 @@ def test_a_duet_side_that_fails_stops_the_other_and_its_failure_is_raised():
 
 def test_an_interrupted_duet_pair_stops_both_sides_and_raises_the_interrupt():
     both_running = threading.Barrier(2)
-    sides = [DuetSide(interrupts=True, started=both_running), DuetSide(started=both_running)]
+    sides = [DuetSide(interrupts=threading.get_ident(), started=both_running), DuetSide(started=both_running)]
     with pytest.raises(KeyboardInterrupt):
         launch_together(sides, planned=2)
     assert [side.stopped for side in sides] == [True, True]
