@@ -130,7 +130,8 @@ def measured_span(run_dir):
 
 def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
     """--perf-ab-duet: a slow spell of the host must fall on both sides, so their measured steps must coincide."""
-    repo.makepyfile(sleeper=SLEEPER.format(step_s=0.3))
+    # 3 s of measured steps: the two launches may start a second apart on a loaded runner (torch's import).
+    repo.makepyfile(sleeper=SLEEPER.format(step_s=0.5))
     git(repo.path, "commit", "-qam", "steps long enough to overlap")
     result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-ab-duet", "--perf-max-repeats", "2")
     result.assert_outcomes(passed=1)
