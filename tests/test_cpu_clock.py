@@ -1,5 +1,7 @@
 """The second clock: each step's CPU time, the rank's process and its loader workers, read by the real recorder."""
 
+import contextlib
+import gc
 import subprocess
 import sys
 import time
@@ -22,6 +24,18 @@ BURN_THEN_WAIT = ("import sys, time\n"
                   "time.sleep(float(sys.argv[2]))\n")
 """A child that spends a given CPU time, says so with all it spent (its interpreter's start, 20-30 ms, included),
 then waits (alive, spending nothing) for a given time."""
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Keeps Python's cyclic garbage collector out of a measured loop. In this pytest process a full pass costs
+    40-100 ms of CPU time (its whole object graph, not the loop's): one falling inside a 240 ms window moved that
+    window's CPU time by +9 % in a CI run, which no clock under test caused."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def cpu_work(seconds: float) -> None:
@@ -58,13 +72,14 @@ def test_worker_cpu_counts_live_children_and_reaped_ones():
 def test_each_step_carries_the_process_cpu_time_and_the_workers(tmp_path):
     """A step of 100 ms of the process's CPU work, then one in which a child worked 200 ms and the process waited."""
     recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cpu")
-    recorder.begin()
-    cpu_work(0.1)
-    recorder.end_step(0, samples=4, data_s=0.0, lr=None, scalars=LOSS)
-    worker, spent = child(0.2, 0)
-    worker.wait()
-    recorder.end_step(1, samples=4, data_s=0.0, lr=None, scalars=LOSS)
-    recorder.close()
+    with collector_paused():
+        recorder.begin()
+        cpu_work(0.1)
+        recorder.end_step(0, samples=4, data_s=0.0, lr=None, scalars=LOSS)
+        worker, spent = child(0.2, 0)
+        worker.wait()
+        recorder.end_step(1, samples=4, data_s=0.0, lr=None, scalars=LOSS)
+        recorder.close()
     first, second = read_records(tmp_path / "steps.jsonl").steps
     assert first.cpu_s == pytest.approx(0.1, abs=0.01) and first.workers_cpu_s == pytest.approx(0.0, abs=0.011)
     # The kernel counts CPU time in ticks of 10 ms, and the child's exit costs a little more than it said.
@@ -130,14 +145,15 @@ def real_loop(tmp_path, name, fraction=0.0, wait_s=0.0):
     recorder = StepRecorder(tmp_path / f"{name}.jsonl", device_type="cpu")
     recorder.write("start", world_size=1)
     injector = SlowdownInjector(fraction, "cpu", recorder.step_times)
-    recorder.begin()
-    injector.begin()
-    for step in range(8):
-        cpu_work(0.04)
-        time.sleep(wait_s)
-        planted = injector.pause()
-        recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars=LOSS, planted_s=planted or None)
-    recorder.close()
+    with collector_paused():
+        recorder.begin()
+        injector.begin()
+        for step in range(8):
+            cpu_work(0.04)
+            time.sleep(wait_s)
+            planted = injector.pause()
+            recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars=LOSS, planted_s=planted or None)
+        recorder.close()
     return compute(read_records(tmp_path / f"{name}.jsonl"), warmup=2)
 
 
