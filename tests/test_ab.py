@@ -2,15 +2,20 @@
 
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from background_load import busy_processes
 
 from conftest import REPO, leftover_processes
+from perfgate.launch.cores import duet_cores
+from perfgate.launch.spec import LaunchSpec
 from perfgate.measure.measurer import LaunchStopped, launch_together
 from perfgate.outcome import CaseFailed
 from perfgate.records.steps import read_records
@@ -142,6 +147,11 @@ def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
                                               for side in ("reference", "."))
         overlap = min(a_end, b_end) - max(a_start, b_start)
         assert overlap > 0.5 * min(a_end - a_start, b_end - b_start), (pair, a_start, a_end, b_start, b_end)
+    # Each side's one rank pinned by the launcher: on its own core where the host has two, else on the same one.
+    expected = {tuple(side) for side in duet_cores(sorted(os.sched_getaffinity(0)), 1)}
+    stored = result_of(repo, "sleep")
+    for reference, candidate in zip(stored["reference"]["per_run"], stored["per_run"]):
+        assert {tuple(run["facts"]["end"]["cores"]) for run in (reference, candidate)} == expected
 
 
 def test_under_duet_a_side_that_crashes_stops_the_other_and_is_what_the_case_reports(repo):
@@ -164,8 +174,9 @@ class DuetSide:
 
     def __init__(self, failure=None, interrupts=None, started=None):
         self.failure, self.interrupts, self.started, self.stopped = failure, interrupts, started, False
+        self.plan = SimpleNamespace(spec=LaunchSpec(entry=(), workdir=Path("."), procs_per_node=2))
 
-    def launch_once(self, planned, stop):
+    def launch_once(self, planned, stop, cores):
         if self.started is not None:
             self.started.wait(timeout=30)
         if self.failure is not None:

@@ -45,7 +45,8 @@ class FakeMeasurer:
             self.launch_once(repeats)
         return self.measurement
 
-    def launch_once(self, planned, stop=None):
+    def launch_once(self, planned, stop=None, cores=None):
+        self.cores = cores
         value = self._values[self.launches]
         run_metrics = dict(value) if isinstance(value, dict) else {METRIC: value}
         if self._probe is not None:

@@ -1,4 +1,5 @@
 import json
+import os
 import time
 
 import pytest
@@ -26,7 +27,7 @@ def test_recorder_chains_step_times_and_writes_start_steps_end(tmp_path):
     assert before <= records.steps[0].t <= records.steps[1].t <= records.steps[2].t
     assert [s.loss for s in records.steps] == [2.0, 1.0, 0.0]
     assert all(s.step_s >= s.data_s >= 0 for s in records.steps)
-    assert records.end == {"peak_memory_bytes": 42}
+    assert records.end == {"peak_memory_bytes": 42, "cores": sorted(os.sched_getaffinity(0))}
     assert seen[0]["logit_scale"] == 14.0
 
 

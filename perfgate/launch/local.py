@@ -13,6 +13,7 @@ import uuid
 from typing import Mapping
 
 from perfgate.launch.agents import agent_command, free_port, kill_run, run_processes, start_logged, wait_for_agents
+from perfgate.launch.cores import RankPinner
 from perfgate.launch.diagnose import LaunchFailed, diagnose_failure, with_stacks
 from perfgate.launch.hang_stacks import request_stacks
 from perfgate.launch.hardware import Hardware, detect
@@ -37,7 +38,7 @@ def launch(spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
             agents.append(start_logged(command, log_path, f"$ {shlex.join(command)}", cwd=spec.workdir, env=node_env))
             commands.append(tuple(command))
             logs.append(log_path)
-        wait_for_agents(agents, spec, start, on_poll, logs)
+        wait_for_agents(agents, spec, start, pinning(spec, run_id, on_poll), logs)
     except LaunchFailed as timed_out:
         timed_out.commands = tuple(commands)
         answered = request_stacks(proc.pid for proc in run_processes(run_id))
@@ -50,6 +51,18 @@ def launch(spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
         failure.commands = tuple(commands)
         raise failure
     return LaunchResult(time.monotonic() - start, tuple(commands), tuple(logs))
+
+
+def pinning(spec: LaunchSpec, run_id: str, on_poll: Poll | None) -> Poll | None:
+    """``on_poll``, first pinning the ranks where ``spec.rank_cores`` asks for it."""
+    if spec.rank_cores is None:
+        return on_poll
+    pin = RankPinner(run_id, spec.rank_cores, spec.nodes, spec.procs_per_node)
+
+    def poll(elapsed: float) -> bool | None:
+        pin()
+        return on_poll(elapsed) if on_poll is not None else None
+    return poll
 
 
 class LocalLauncher:

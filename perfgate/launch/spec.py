@@ -44,6 +44,9 @@ class LaunchSpec:
     node_gpu_samples: bool = False
     """Each node samples its own GPUs into the run's directory (NODE_SAMPLES): remote launchers'
     GPU cases, whose GPUs the pytest process cannot see."""
+    rank_cores: Sequence[int] | None = None
+    """Cores the local launcher pins the ranks to, rank i on ``rank_cores[i % len]`` (launch.cores); None leaves
+    their placement to the kernel."""
     python: str = sys.executable
     """The interpreter that runs torchrun (and perfgate's node side) on every node: --perf-against-python's
     reference side runs another."""

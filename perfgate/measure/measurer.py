@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import shlex
 import sys
 import threading
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from perfgate.launch.cores import duet_cores
 from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import NodeLauncher
@@ -128,15 +130,17 @@ class Measurer:
             self.launch_once(repeats)
         return self.measurement
 
-    def launch_once(self, planned: int, stop: threading.Event | None = None) -> None:
+    def launch_once(self, planned: int, stop: threading.Event | None = None,
+                    cores: Sequence[int] | None = None) -> None:
         """One whole torchrun launch in its own directory, with live progress; appends its metrics. Once ``stop`` is
-        set the launch is stopped at its next poll, its processes killed (LaunchStopped)."""
+        set the launch is stopped at its next poll, its processes killed (LaunchStopped). ``cores``: where the
+        launcher pins the ranks (LaunchSpec.rank_cores)."""
         plan, result, measurement = self.plan, self.result, self.measurement
         index = len(measurement.runs)
         run_dir = plan.spec.workdir / f"run{index}"
         argv = plan.run.argv(run_dir, plan.steps, plan.world_size, plan.warmup, self._inject_slowdown,
                              first_run=index == 0, root=self._root, timeout_s=plan.spec.timeout_s)
-        spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv)
+        spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv, rank_cores=cores)
         label = f"{self._label} run {index + 1}/{max(planned, index + 1)}"
         progress = Progress(label, plan.steps, self._say, overwrite=self._tty, unit=plan.run.case.records.unit)
         follow = plan.run.case.records.follow(run_dir)
@@ -283,21 +287,24 @@ class Measurer:
 
 
 def launch_together(measurers: Sequence[Measurer], planned: int) -> None:
-    """One launch of each measurer, all at the same time (a duet pair), each in a thread of its own. The first to
-    fail, or an interrupt of the session (Ctrl-C, SIGTERM), stops the others at their next poll, their processes
-    killed; then that failure or interrupt is raised."""
+    """One launch of each of two measurers at the same time (a duet pair), each in a thread of its own, their ranks
+    pinned so that both meet the same contention (launch.cores). The first to fail, or an interrupt of the session
+    (Ctrl-C, SIGTERM), stops the other at its next poll, its processes killed; then that failure or interrupt is
+    raised."""
     stop = threading.Event()
     failures: list[BaseException] = []
+    ranks = max(measurer.plan.spec.nodes * measurer.plan.spec.procs_per_node for measurer in measurers)
+    cores = duet_cores(sorted(os.sched_getaffinity(0)), ranks) if hasattr(os, "sched_getaffinity") else (None, None)
 
-    def launch(measurer: Measurer) -> None:
+    def launch(measurer: Measurer, side_cores: Sequence[int] | None) -> None:
         try:
-            measurer.launch_once(planned, stop)
+            measurer.launch_once(planned, stop, side_cores)
         except BaseException as failure:  # handed to the main thread, which raises it
             failures.append(failure)
             stop.set()
 
-    threads = [threading.Thread(target=launch, args=(measurer,), name=f"perfgate-duet-{side}", daemon=True)
-               for side, measurer in enumerate(measurers)]
+    threads = [threading.Thread(target=launch, args=(measurer, side_cores), name=f"perfgate-duet-{side}", daemon=True)
+               for side, (measurer, side_cores) in enumerate(zip(measurers, cores, strict=True))]
     try:
         for thread in threads:
             thread.start()

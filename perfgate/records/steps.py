@@ -15,6 +15,7 @@ This module imports no pytest and no torch at import time: workloads import it u
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -361,11 +362,13 @@ class StepRecorder:
             self._resolve(block=True)
 
     def close(self, **end_facts: Any) -> None:
-        """Writes the steps still in flight (one wait for the device) and the end record."""
+        """Writes the steps still in flight (one wait for the device) and the end record, with the cores the rank
+        could run on (a duet pair's launcher pins them: launch.cores)."""
         if not self.active:
             return
         self._resolve(block=True)
-        self.write("end", **end_facts)
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        self.write("end", cores=cores, **end_facts)
         assert self._file is not None
         self._file.close()
         self._file = None
