@@ -16,9 +16,10 @@ from background_load import busy_processes
 from conftest import REPO, leftover_processes
 from perfgate.launch.cores import duet_cores
 from perfgate.launch.spec import LaunchSpec
-from perfgate.measure.measurer import LaunchStopped, launch_together
+from perfgate.measure.measurer import LaunchStopped, launch_together, overlapping, step_span
+from perfgate.measure.metrics import compute
 from perfgate.outcome import CaseFailed
-from perfgate.records.steps import read_records
+from perfgate.records.steps import RunRecords, StepRecord, read_records
 
 SLEEPER = """
 import argparse, pathlib, time
@@ -135,23 +136,32 @@ def measured_span(run_dir):
 
 def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
     """--perf-ab-duet: a slow spell of the host must fall on both sides, so their measured steps must coincide."""
-    # 3 s of measured steps: the two launches may start a second apart on a loaded runner (torch's import).
+    # 7 s of measured steps: the two launches may start seconds apart on a loaded runner (torch's import).
     repo.makepyfile(sleeper=SLEEPER.format(step_s=0.5))
     git(repo.path, "commit", "-qam", "steps long enough to overlap")
-    result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-ab-duet", "--perf-max-repeats", "2")
+    result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-ab-duet", "--perf-max-repeats", "2",
+                 "--perf-steps", "16")
     result.assert_outcomes(passed=1)
     assert result_of(repo, "sleep")["duet"] is True
-    candidate = max(repo.path.glob("**/test_case_sleep_cpu_0"), key=lambda p: p.stat().st_mtime)
+    candidate_dir = max(repo.path.glob("**/test_case_sleep_cpu_0"), key=lambda p: p.stat().st_mtime)
     for pair in range(2):
-        (a_start, a_end), (b_start, b_end) = (measured_span(candidate / side / f"run{pair}")
+        (a_start, a_end), (b_start, b_end) = (measured_span(candidate_dir / side / f"run{pair}")
                                               for side in ("reference", "."))
         overlap = min(a_end, b_end) - max(a_start, b_start)
         assert overlap > 0.5 * min(a_end - a_start, b_end - b_start), (pair, a_start, a_end, b_start, b_end)
     # Each side's one rank pinned by the launcher: on its own core where the host has two, else on the same one.
     expected = {tuple(side) for side in duet_cores(sorted(os.sched_getaffinity(0)), 1)}
     stored = result_of(repo, "sleep")
-    for reference, candidate in zip(stored["reference"]["per_run"], stored["per_run"]):
-        assert {tuple(run["facts"]["end"]["cores"]) for run in (reference, candidate)} == expected
+    for pair, (reference, candidate) in enumerate(zip(stored["reference"]["per_run"], stored["per_run"])):
+        assert {tuple(launch["facts"]["end"]["cores"]) for launch in (reference, candidate)} == expected
+        # Each side measured on its steps inside the span both ran in.
+        sides = [read_records(candidate_dir / side / f"run{pair}" / "steps.jsonl").steps
+                 for side in ("reference", ".")]
+        began = max(steps[0].t - steps[0].step_s for steps in sides)
+        ended = min(steps[-1].t for steps in sides)
+        for steps, launch in zip(sides, (reference, candidate)):
+            inside = [s for s in steps[2:] if s.t - s.step_s >= began and s.t <= ended]
+            assert launch["metrics"]["measured_steps"] == len(inside) >= 2
 
 
 def test_under_duet_a_side_that_crashes_stops_the_other_and_is_what_the_case_reports(repo):
@@ -206,6 +216,30 @@ def test_an_interrupted_duet_pair_stops_both_sides_and_raises_the_interrupt():
         launch_together(sides, planned=2)
     assert [side.stopped for side in sides] == [True, True]
 
+
+def timed_steps(start, step_times):
+    """Step records that ran back to back from ``start``, each ending at its ``t``."""
+    steps, t = [], start
+    for index, step_s in enumerate(step_times):
+        t += step_s
+        steps.append(StepRecord(index, 8, step_s, 0.0, t=t))
+    return RunRecords(start={"world_size": 1}, steps=tuple(steps))
+
+
+def test_a_duet_side_is_measured_on_the_steps_it_ran_while_the_other_ran():
+    """The slower side's last steps ran alone on the cores, twice as fast: kept, its fastest step would read the
+    planted side faster than its reference."""
+    faster = timed_steps(0.0, [1.0] * 10)  # runs 0-10 s
+    slower = timed_steps(0.5, [1.0] * 10 + [0.5] * 3)  # 0.5-12 s, the last 3 steps alone
+    spans = [step_span(faster), step_span(slower)]
+    both = (max(start for start, _ in spans), min(end for _, end in spans))
+    assert both == (0.5, 10.0)
+    kept = overlapping(slower, 2, both)
+    assert [step.step for step in kept.steps] == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert compute(kept, 2).fastest_step_samples_per_second == pytest.approx(8.0)
+    assert compute(slower, 2).fastest_step_samples_per_second == pytest.approx(16.0)
+    assert [step.step for step in overlapping(faster, 2, both).steps] == list(range(10))  # measured inside the span
+    assert step_span(RunRecords(steps=(StepRecord(0, 8, 1.0, 0.0),))) is None
 
 def test_a_commit_twice_as_slow_fails_against_its_parent(repo):
     result = run(repo, "--perf-against", "HEAD~1", "-k", "sleep")

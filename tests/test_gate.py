@@ -45,6 +45,8 @@ class FakeMeasurer:
             self.launch_once(repeats)
         return self.measurement
 
+    last_records = None
+
     def launch_once(self, planned, stop=None, cores=None):
         self.cores = cores
         value = self._values[self.launches]

@@ -207,8 +207,9 @@ OPTIONS = (
            slowdown, None, "FRACTION"),
     Option("--perf-ab-duet", "ab_duet", "under --perf-against(-python), launch the two sides of each pair at the "
            "same time on this host's cores instead of one after the other (duet benchmarking): a slow spell of a shared "
-           "host then falls on both, and each side's CPU clock counts its own work; for CPU flavours on the local "
-           "launcher, since a GPU case's sides would share its GPUs (docs/ab.md)"),
+           "host then falls on both, and each side's CPU clock counts its own work; the two sides' ranks are pinned "
+           "to share the cores alike, and each side is measured on the steps it ran while the other ran; for CPU "
+           "flavours on the local launcher, since a GPU case's sides would share its GPUs (docs/ab.md)"),
     Option("--fail-unresolved", "fail_unresolved", "fail a case that --perf-ab-resolve leaves unresolved "
            "(default: warn)"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
