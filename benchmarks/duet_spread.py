@@ -5,10 +5,10 @@
 Each round launches the tiny OpenCLIP (2 gloo ranks, 40 steps, OMP_NUM_THREADS=1) in pairs, one pair per mode,
 the modes' order turning from round to round: twice back to back, as an A/B pair does by default; twice at the
 same time with the ranks where the kernel puts them ("duet, unpinned"); and twice at the same time with the ranks
-pinned as ``--perf-ab-duet`` pins them (launch.cores). A pair's log ratio (second launch over first, or the two of a duet) would be 0 on a steady
-machine; the table gives, per statistic of cpu_clock_noise.py, the root mean square of the pairs' log ratios
-in each mode (the pair spread that benchmarks/ab_power.py turns into a detection rate) and the mean seconds a
-pair took. ``--summarize DIR`` prints the table again from a finished run's records.
+pinned as ``--perf-ab-duet`` pins them (launch.cores). A pair's log ratio (second launch over first, or the two
+of a duet) would be 0 on a steady machine; the table gives, per statistic of cpu_clock_noise.py, the root mean
+square of the pairs' log ratios in each mode (the pair spread that benchmarks/ab_power.py turns into a detection
+rate) and the mean seconds a pair took. ``--summarize DIR`` prints the table again from a finished run's records.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from background_load import busy_processes  # noqa: E402
 from cpu_clock_noise import STATISTICS, window  # noqa: E402
 
 from perfgate.launch.cores import RankPinner, duet_cores  # noqa: E402
+from perfgate.launch.hardware import usable_core_ids  # noqa: E402
 from perfgate.launch.spec import RUN_ID_ENV  # noqa: E402
 from perfgate.records.steps import read_records  # noqa: E402
 
@@ -54,7 +55,7 @@ def launch(records: list[Path], steps: int, pin: bool = False) -> None:
                               stderr=subprocess.STDOUT) for path, run_id in zip(records, run_ids)]
     pinners = []
     if pin:
-        sides = duet_cores(sorted(os.sched_getaffinity(0)), RANKS)
+        sides = duet_cores(usable_core_ids(), RANKS)
         pinners = [RankPinner(run_id, cores, 1, RANKS) for run_id, cores in zip(run_ids, sides)]
     while any(proc.poll() is None for proc in procs):
         for pinner in pinners:

@@ -16,7 +16,7 @@ processes found are still checked each poll.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import psutil
 
@@ -24,7 +24,7 @@ from perfgate.launch.agents import run_processes
 from perfgate.launch.spec import NODE_ENV
 
 
-def duet_cores(available: Sequence[int], ranks: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def duet_cores(available: Iterable[int], ranks: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The cores each side's ranks are pinned to, in rank order: disjoint sets where ``available`` holds a core for
     every rank of both sides, else the same ``ranks`` cores for both (rank i of each side on core i)."""
     cores = tuple(sorted(available))

@@ -101,11 +101,16 @@ def cpu_generation(cpuinfo: str) -> str:
     return " ".join(parts + [flag for flag in VECTOR_FLAGS if flag in flags])
 
 
-def usable_cores() -> int:
+def usable_core_ids() -> list[int]:
+    """The cores this process may run on (its affinity, where the platform has one), in order."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
+
+
+def usable_cores() -> int:
+    return len(usable_core_ids())
 
 
 def detect() -> Hardware:

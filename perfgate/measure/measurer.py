@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import shlex
 import sys
 import threading
@@ -22,6 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from perfgate.launch.cores import duet_cores
 from perfgate.launch.diagnose import LaunchFailed
+from perfgate.launch.hardware import usable_core_ids
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import NodeLauncher
 from perfgate.measure import gpu_monitor, metrics, stats
@@ -331,9 +331,9 @@ def launch_together(measurers: Sequence[Measurer], planned: int) -> None:
     stop = threading.Event()
     failures: list[BaseException] = []
     ranks = max(measurer.plan.spec.nodes * measurer.plan.spec.procs_per_node for measurer in measurers)
-    cores = duet_cores(sorted(os.sched_getaffinity(0)), ranks) if hasattr(os, "sched_getaffinity") else (None, None)
+    cores = duet_cores(usable_core_ids(), ranks)
 
-    def launch(measurer: Measurer, side_cores: Sequence[int] | None) -> None:
+    def launch(measurer: Measurer, side_cores: Sequence[int]) -> None:
         try:
             measurer.launch_once(planned, stop, side_cores)
         except BaseException as failure:  # handed to the main thread, which raises it
