@@ -17,7 +17,7 @@ from test_gate import make_plan
 from conftest import REPO, leftover_processes
 from perfgate.launch.cores import duet_cores
 from perfgate.launch.spec import LaunchSpec
-from perfgate.measure.measurer import LaunchStopped, Measurer, launch_together, overlapping, step_span
+from perfgate.measure.measurer import LaunchStopped, Measurer, common_span, launch_together, overlapping, step_span
 from perfgate.measure.metrics import compute
 from perfgate.outcome import CaseFailed
 from perfgate.records.steps import RunRecords, StepRecord, read_records
@@ -232,8 +232,7 @@ def test_a_duet_side_is_measured_on_the_steps_it_ran_while_the_other_ran():
     planted side faster than its reference."""
     faster = timed_steps(0.0, [1.0] * 10)  # runs 0-10 s
     slower = timed_steps(0.5, [1.0] * 10 + [0.5] * 3)  # 0.5-12 s, the last 3 steps alone
-    spans = [step_span(faster), step_span(slower)]
-    both = (max(start for start, _ in spans), min(end for _, end in spans))
+    both = common_span([faster, slower])
     assert both == (0.5, 10.0)
     kept = overlapping(slower, 2, both)
     assert [step.step for step in kept.steps] == [0, 1, 2, 3, 4, 5, 6, 7, 8]
@@ -241,6 +240,7 @@ def test_a_duet_side_is_measured_on_the_steps_it_ran_while_the_other_ran():
     assert compute(slower, 2).fastest_step_samples_per_second == pytest.approx(16.0)
     assert [step.step for step in overlapping(faster, 2, both).steps] == list(range(10))  # measured inside the span
     assert step_span(RunRecords(steps=(StepRecord(0, 8, 1.0, 0.0),))) is None
+
 
 def test_a_duet_side_is_measured_again_on_the_span_or_fails_saying_so_where_too_little_of_it_overlapped(tmp_path):
     side = Measurer(make_plan(tmp_path), {}, launcher=None, root=tmp_path)
@@ -252,6 +252,7 @@ def test_a_duet_side_is_measured_again_on_the_span_or_fails_saying_so_where_too_
     assert side.result["measured"]["measured_steps"] == 4
     with pytest.raises(CaseFailed, match=r"run 1 of a duet pair ran only 1 of its measured steps .*\(--perf-steps\)"):
         side.measure_within((0.0, 3.0))
+
 
 def test_a_commit_twice_as_slow_fails_against_its_parent(repo):
     result = run(repo, "--perf-against", "HEAD~1", "-k", "sleep")

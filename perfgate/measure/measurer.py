@@ -316,6 +316,14 @@ def step_span(records: RunRecords | None) -> tuple[float, float] | None:
     return first.t - first.step_s, records.steps[-1].t
 
 
+def common_span(runs: Sequence[RunRecords | None]) -> tuple[float, float] | None:
+    """The wall-clock span in which every run was inside its steps; None where a run's steps carry no times."""
+    spans = [step_span(records) for records in runs]
+    if not spans or None in spans:
+        return None
+    return max(start for start, _ in spans), min(end for _, end in spans)
+
+
 def overlapping(records: RunRecords, warmup: int, span: tuple[float, float]) -> RunRecords:
     """The run's warm-up steps, then those of its measured steps that began and ended inside ``span``."""
     start, end = span
@@ -357,8 +365,7 @@ def launch_together(measurers: Sequence[Measurer], planned: int) -> None:
     causes = [failure for failure in failures if not isinstance(failure, LaunchStopped)] or failures
     if causes:
         raise causes[0]
-    spans = [span for span in (step_span(measurer.last_records) for measurer in measurers) if span is not None]
-    if len(spans) == len(measurers):
-        both = (max(start for start, _ in spans), min(end for _, end in spans))
+    both = common_span([measurer.last_records for measurer in measurers])
+    if both is not None:
         for measurer in measurers:
             measurer.measure_within(both)
