@@ -58,8 +58,9 @@ def scale(baseline, metric, factor):
 @pytest.mark.serial
 @pytest.mark.floor
 def test_missing_baseline_update_pass_and_regression(suite):
-    """Tolerance 40 %: the pass survives a loaded machine; against a baseline twice as good the total
-    time is ~+100 %, so the regression is caught whatever the load."""
+    """Tolerance 40 %: the pass survives a loaded machine. The regression's baseline is ten times as good as
+    the update measured: a loaded CI runner's update read 74 samples/s and its gate 113, so a baseline only
+    twice as good passed; this one is missed only by a gate six times faster than its update."""
     other = suite.path / "b" / "older-cpu-class" / "openclip-tiny-cpu.json"
     other.parent.mkdir(parents=True)
     other.write_text(json.dumps({
@@ -109,8 +110,8 @@ def test_missing_baseline_update_pass_and_regression(suite):
     gate.assert_outcomes(passed=1)
     gate.stdout.fnmatch_lines(["*openclip-tiny-cpu*samples_per_second*pass*", "*openclip-tiny-cpu*total_time_secs*pass*"])
 
-    scale(stored, "samples_per_second", 2)
-    scale(stored, "total_time_secs", 0.5)
+    scale(stored, "samples_per_second", 10)
+    scale(stored, "total_time_secs", 0.1)
     baseline_file(suite).write_text(json.dumps(stored))
     regress = run(suite, "-k", "tiny-cpu")
     regress.assert_outcomes(failed=1)
@@ -125,8 +126,8 @@ def test_missing_baseline_update_pass_and_regression(suite):
     ])
     assert json.loads(baseline_file(suite).read_text()) == stored
 
-    scale(stored, "samples_per_second", 1 / 8)
-    scale(stored, "total_time_secs", 4)
+    scale(stored, "samples_per_second", 1 / 40)
+    scale(stored, "total_time_secs", 20)
     baseline_file(suite).write_text(json.dumps(stored))
     stale = run(suite, "-k", "tiny-cpu", "-W", "always")
     stale.assert_outcomes(passed=1, warnings=1)
