@@ -58,9 +58,9 @@ def scale(baseline, metric, factor):
 @pytest.mark.serial
 @pytest.mark.floor
 def test_missing_baseline_update_pass_and_regression(suite):
-    """Tolerance 40 %: the pass survives a loaded machine. The regression's baseline is ten times as good as
-    the update measured: a loaded CI runner's update read 74 samples/s and its gate 113, so a baseline only
-    twice as good passed; this one is missed only by a gate six times faster than its update."""
+    """A loaded CI runner's update read 74 samples/s and its gate 113: launches can differ 1.5x. So the gate runs
+    with the stored tolerance widened to 75 % (an unchanged build passes even 1.5x slower), and the regression's
+    baseline is twenty times as good as the update measured (missed only by a gate five times faster)."""
     other = suite.path / "b" / "older-cpu-class" / "openclip-tiny-cpu.json"
     other.parent.mkdir(parents=True)
     other.write_text(json.dumps({
@@ -106,19 +106,22 @@ def test_missing_baseline_update_pass_and_regression(suite):
     assert "torch.distributed.run" in provenance["command"] and "$WORKDIR/steps.jsonl" in provenance["command"]
     assert provenance["measured"]["measured_steps"] == 10
 
+    for entry in stored["metrics"].values():
+        entry["tolerance"] = 0.75
+    baseline_file(suite).write_text(json.dumps(stored))
     gate = run(suite, "-k", "tiny-cpu")
     gate.assert_outcomes(passed=1)
     gate.stdout.fnmatch_lines(["*openclip-tiny-cpu*samples_per_second*pass*", "*openclip-tiny-cpu*total_time_secs*pass*"])
 
-    scale(stored, "samples_per_second", 10)
-    scale(stored, "total_time_secs", 0.1)
+    scale(stored, "samples_per_second", 20)
+    scale(stored, "total_time_secs", 0.05)
     baseline_file(suite).write_text(json.dumps(stored))
     regress = run(suite, "-k", "tiny-cpu")
     regress.assert_outcomes(failed=1)
     regress.stdout.fnmatch_lines([
         "*openclip-tiny-cpu: performance regression on pinned-cpu-class",
         "*total_time_secs (lower is better): measured * s (median of * run*) vs baseline * s: +*% "
-        "(tolerance 40.0%); significantly worse by *",
+        "(tolerance 75.0%); significantly worse by *",
         "*baseline: *openclip-tiny-cpu.json",
         "*command: python -m torch.distributed.run *openclip_train.py*",
         "*logs kept in *test_clip_tiny_cpu_0",
@@ -126,8 +129,8 @@ def test_missing_baseline_update_pass_and_regression(suite):
     ])
     assert json.loads(baseline_file(suite).read_text()) == stored
 
-    scale(stored, "samples_per_second", 1 / 40)
-    scale(stored, "total_time_secs", 20)
+    scale(stored, "samples_per_second", 1 / 80)
+    scale(stored, "total_time_secs", 40)
     baseline_file(suite).write_text(json.dumps(stored))
     stale = run(suite, "-k", "tiny-cpu", "-W", "always")
     stale.assert_outcomes(passed=1, warnings=1)
