@@ -181,10 +181,12 @@ def test_under_duet_a_side_that_crashes_stops_the_other_and_is_what_the_case_rep
 
 class DuetSide:
     """A side of a duet pair: its launch raises ``failure`` at once, or interrupts the thread that waits for the pair
-    (``interrupts``: that thread's id) as Ctrl-C would, or runs until it is told to stop."""
+    (``interrupts``: that thread's id) as Ctrl-C would, or runs until it is told to stop; stopping takes
+    ``stopping_s``, as killing a run's processes does."""
 
-    def __init__(self, failure=None, interrupts=None, started=None):
+    def __init__(self, failure=None, interrupts=None, started=None, stopping_s=0.0):
         self.failure, self.interrupts, self.started, self.stopped = failure, interrupts, started, False
+        self.stopping_s = stopping_s
         self.plan = SimpleNamespace(spec=LaunchSpec(entry=(), workdir=Path("."), procs_per_node=2))
 
     def launch_once(self, planned, stop, cores):
@@ -199,6 +201,7 @@ class DuetSide:
                                                        ctypes.py_object(KeyboardInterrupt))
         if not stop.wait(timeout=30):
             raise AssertionError("never told to stop")
+        time.sleep(self.stopping_s)
         self.stopped = True
         raise LaunchStopped("stopped")
 
@@ -211,8 +214,11 @@ def test_a_duet_side_that_fails_stops_the_other_and_its_failure_is_raised():
 
 
 def test_an_interrupted_duet_pair_stops_both_sides_and_raises_the_interrupt():
+    """The side that was being waited for when the interrupt came still takes its time to stop: the interrupted wait
+    must not count it as stopped (a Thread.join interrupted so did, and the session went on while it killed)."""
     both_running = threading.Barrier(2)
-    sides = [DuetSide(interrupts=threading.get_ident(), started=both_running), DuetSide(started=both_running)]
+    sides = [DuetSide(interrupts=threading.get_ident(), started=both_running, stopping_s=1.0),
+             DuetSide(started=both_running)]
     with pytest.raises(KeyboardInterrupt):
         launch_together(sides, planned=2)
     assert [side.stopped for side in sides] == [True, True]

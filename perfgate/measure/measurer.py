@@ -340,27 +340,33 @@ def launch_together(measurers: Sequence[Measurer], planned: int) -> None:
     failures: list[BaseException] = []
     ranks = max(measurer.plan.spec.nodes * measurer.plan.spec.procs_per_node for measurer in measurers)
     cores = duet_cores(usable_core_ids(), ranks)
+    ended = [threading.Event() for _ in measurers]
 
-    def launch(measurer: Measurer, side_cores: Sequence[int]) -> None:
+    def launch(measurer: Measurer, side_cores: Sequence[int], done: threading.Event) -> None:
         try:
             measurer.launch_once(planned, stop, side_cores)
         except BaseException as failure:  # handed to the main thread, which raises it
             failures.append(failure)
             stop.set()
+        finally:
+            done.set()
 
-    threads = [threading.Thread(target=launch, args=(measurer, side_cores), name=f"perfgate-duet-{side}", daemon=True)
-               for side, (measurer, side_cores) in enumerate(zip(measurers, cores, strict=True))]
+    # Each side says itself when it has ended, its processes killed: a Thread.join that Ctrl-C interrupts marks the
+    # thread stopped while it still runs (CPython gh-90882, through 3.12), so a join after it would return at once.
+    threads = [threading.Thread(target=launch, args=(measurer, side_cores, done), name=f"perfgate-duet-{side}",
+                                daemon=True)
+               for side, (measurer, side_cores, done) in enumerate(zip(measurers, cores, ended, strict=True))]
     try:
         for thread in threads:
             thread.start()
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(0.2)
+        for done in ended:
+            while not done.wait(0.2):
+                pass
     except BaseException:
         stop.set()
-        for thread in threads:
+        for thread, done in zip(threads, ended):
             if thread.ident is not None:
-                thread.join()
+                done.wait()
         raise
     causes = [failure for failure in failures if not isinstance(failure, LaunchStopped)] or failures
     if causes:
