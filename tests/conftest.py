@@ -5,11 +5,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfgate.launch.spec import RUN_ID_ENV
+from perfgate.launch.local import launch
+from perfgate.launch.spec import RUN_ID_ENV, LaunchSpec
+from perfgate.records.steps import read_records
 
 pytest_plugins = ("pytester",)
 
 REPO = Path(__file__).resolve().parent.parent
+WORKLOADS = REPO / "workloads"
 
 
 def leftover_processes(marker: str) -> list[psutil.Process]:
@@ -31,3 +34,12 @@ def no_leftovers(tmp_path):
     """Asserts, after the test, that no process of a run under ``tmp_path`` is still alive."""
     yield
     assert leftover_processes(str(tmp_path)) == []
+
+
+def train(tmp_path, script, *args):
+    """Runs a workload for a few steps on 2 gloo ranks; returns rank 0's records."""
+    records = tmp_path / "steps.jsonl"
+    launch(LaunchSpec(entry=[str(WORKLOADS / script), "--device", "cpu", "--records", str(records), *args],
+                      workdir=tmp_path / "run", procs_per_node=2, timeout_s=240,
+                      env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}))
+    return read_records(records)

@@ -1,7 +1,6 @@
 """--perf-against: a git repository whose second commit makes the workload twice as slow, judged A/B."""
 
 import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -12,7 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 from background_load import busy_processes
-from test_gate import make_plan
+from fakes import make_plan
+from pace import python_start_s
+from sleeper_repo import ARGS, NEW_CASE, SLEEPER, SUITE, git, init, result_of, worktrees
 
 from conftest import REPO, leftover_processes
 from perfgate.launch.cores import duet_cores
@@ -22,52 +23,10 @@ from perfgate.measure.metrics import compute
 from perfgate.outcome import CaseFailed
 from perfgate.records.steps import RunRecords, StepRecord, read_records
 
-SLEEPER = """
-import argparse, pathlib, time
-import torch
-from perfgate import StepRecorder
-
-STEP_S = {step_s}
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int)
-parser.add_argument("--records", type=pathlib.Path)
-parser.add_argument("--inject-slowdown", type=float, default=0.0)
-args = parser.parse_args()
-recorder = StepRecorder(args.records, device_type="cpu")
-recorder.write("start", world_size=1, global_batch=1, device="cpu")
-recorder.begin()
-for step in range(args.steps):
-    recorder.data_ready()
-    time.sleep(STEP_S * (1 + args.inject_slowdown))
-    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={{"loss": torch.tensor(1.0)}})
-recorder.close(peak_memory_bytes=0)
-"""
-SUITE = """
-from perfgate import Case, Flavour, parametrize
-
-# A loop of sleeps: only the wall clock sees its steps, so only the wall clock is gated.
-FLAVOUR = Flavour({{}}, steps=8, warmup=2, tolerance=0.2, ranks_per_node=1, timeout_s=120,
-                 gated=("fastest_step_samples_per_second",))
-CASES = [Case("sleeper", "sleep", ("sleeper.py",), cpu=FLAVOUR)]
-{extra}
-@parametrize(CASES)
-def test_case(perfgate, case):
-    perfgate.check(case)
-"""
-NEW_CASE = 'CASES.append(Case("newer", "new", ("newer.py",), cpu=FLAVOUR))\n'
-ARGS = ["-p", "no:cacheprovider", "--perf-repeats", "2", "--perf-max-repeats", "4", "-rs"]
-
-
-def git(repo, *args):
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-
-
 @pytest.fixture
 def repo(pytester):
     """Two pairs first, up to four. Commit 1: 20 ms steps. Commit 2 (HEAD): 40 ms steps, and a new case."""
-    git(pytester.path, "init", "-q")
-    git(pytester.path, "config", "user.email", "ci@example.com")
-    git(pytester.path, "config", "user.name", "ci")
+    init(pytester.path)
     pytester.makepyfile(sleeper=SLEEPER.format(step_s=0.02), test_suite=SUITE.format(extra=""))
     git(pytester.path, "add", ".")
     git(pytester.path, "commit", "-qm", "fast")
@@ -80,16 +39,6 @@ def repo(pytester):
 
 def run(pytester, *args):
     return pytester.runpytest_subprocess(*ARGS, *args, timeout=300)
-
-
-def worktrees(repo):
-    """The repository's worktrees, the main one included; a removed checkout would still be listed (prunable)."""
-    return [line for line in git(repo, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
-
-
-def result_of(pytester, case):
-    return json.loads(max(pytester.path.glob(f"**/test_case_{case}_cpu_0/result.json"),
-                          key=lambda p: p.stat().st_mtime).read_text())
 
 
 def test_the_same_code_on_both_sides_passes_and_the_summary_names_both_commits(repo):
@@ -136,9 +85,9 @@ def measured_span(run_dir):
 
 
 def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
-    """--perf-ab-duet: a slow spell of the host must fall on both sides, so their measured steps must coincide."""
-    # 7 s of measured steps: the two launches may start seconds apart on a loaded runner (torch's import).
-    repo.makepyfile(sleeper=SLEEPER.format(step_s=0.5))
+    """--perf-ab-duet: a slow spell of the host must fall on both sides, so their measured steps must coincide. The
+    two launches may start as far apart as a torch import takes here: 14 measured steps span seven of those."""
+    repo.makepyfile(sleeper=SLEEPER.format(step_s=max(0.5, python_start_s() / 2)))
     git(repo.path, "commit", "-qam", "steps long enough to overlap")
     result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-ab-duet", "--perf-max-repeats", "2",
                  "--perf-steps", "16")
@@ -325,9 +274,9 @@ CASES = [Case("openclip", "tiny", ({str(workload)!r},), cpu=Flavour(TINY, steps=
 def test_case(perfgate, case):
     perfgate.check(case)
 """)
-    git(pytester.path, "init", "-q")
+    init(pytester.path)
     git(pytester.path, "add", ".")
-    git(pytester.path, "-c", "user.email=ci@example.com", "-c", "user.name=ci", "commit", "-qm", "suite")
+    git(pytester.path, "commit", "-qm", "suite")
     with busy_processes(2, seconds=600):
         result = pytester.runpytest_subprocess(*ARGS, "--perf-repeats", "3", "--perf-against", "HEAD",
                                                "--perf-ab-tolerance", "0.2", timeout=600)
@@ -387,9 +336,7 @@ def test_case(perfgate, case):
 
 def test_a_reference_from_before_the_cpu_clock_is_judged_on_the_wall_clock_saying_the_cpu_clock_was_left_out(pytester):
     """The reference writes step records without CPU time, as perfgate did before the CPU clock."""
-    git(pytester.path, "init", "-q")
-    git(pytester.path, "config", "user.email", "ci@example.com")
-    git(pytester.path, "config", "user.name", "ci")
+    init(pytester.path)
     pytester.makepyfile(busy=BUSY_STEPS.replace("{writer}", RAW_RECORDS), test_suite=BUSY_SUITE)
     git(pytester.path, "add", ".")
     git(pytester.path, "commit", "-qm", "records without CPU time")

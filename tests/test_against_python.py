@@ -6,7 +6,7 @@ import sys
 
 import pytest
 from multinode import OTHER, needs_other
-from test_ab import ARGS, SLEEPER, SUITE, result_of
+from sleeper_repo import ARGS, SLEEPER, SUITE, result_of
 
 from conftest import REPO
 

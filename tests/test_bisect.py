@@ -1,9 +1,7 @@
 """perfgate bisect: a git repository built here, 8 commits after GOOD, exactly one of which makes the workload 2x
 slower; every verdict is a real A/B session of real torchrun launches."""
 
-import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -12,10 +10,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from multinode import TOY_DDP
-from test_ab import SLEEPER, SUITE, git, worktrees
+from bisect_runs import comparisons, scratch_env, verdicts
+from sleeper_repo import SLEEPER, SUITE, git, init, worktrees
 
-from conftest import leftover_processes
 from perfgate.bisect.commits import BisectUsageError, Commit
 from perfgate.bisect.driver import Bisect
 from perfgate.bisect.search import BAD, GOOD, SKIP, UNKNOWN, Measured, Search, Step, classify
@@ -25,17 +22,6 @@ CRASHER = "raise SystemExit('this commit does not train')\n"
 ARGS = ["-k", "sleep or same", "--perf-repeats", "2", "--perf-max-repeats", "4"]
 
 
-# The toy DDP job on two nodes, gated on the wall clock only (a longer sleep is no more CPU work) within 20 %.
-TWO_NODE_SUITE = """
-from perfgate import Case, Flavour, parametrize
-
-CASES = [Case("toy", "ddp", ("toy_ddp.py",), cpu=Flavour({}, steps=10, warmup=2, tolerance=0.2, ranks_per_node=1,
-                                                         timeout_s=120, gated=("fastest_step_samples_per_second",)))]
-
-@parametrize(CASES)
-def test_toy(perfgate, case):
-    perfgate.check(case)
-"""
 STEADY = 'CASES.append(Case("steady", "same", ("steady.py",), cpu=FLAVOUR))\n'
 
 
@@ -55,9 +41,7 @@ def history(tmp_path):
     A second case, steady, never changes: each case gets its own search, and steady none."""
     repo = tmp_path / "repo"
     repo.mkdir()
-    git(repo, "init", "-q")
-    git(repo, "config", "user.email", "ci@example.com")
-    git(repo, "config", "user.name", "ci")
+    init(repo)
     shas = [commit(repo, "GOOD: 20 ms steps")]
     for number in range(1, 9):
         slow = number >= 5
@@ -66,58 +50,10 @@ def history(tmp_path):
     return repo, shas
 
 
-def scratch_env(repo):
-    """The bisect's scratch directory (its worktrees, the sessions' temp dirs) under this test's directory."""
-    (repo.parent / "tmp").mkdir(exist_ok=True)
-    return {**os.environ, "TMPDIR": str(repo.parent / "tmp")}
-
-
 def bisect(repo, *args, timeout=900):
     return subprocess.run([sys.executable, "-m", "perfgate.cli", "bisect", *args, *ARGS,
                            "--bisect-logs", str(repo.parent / "logs")],
                           cwd=repo, capture_output=True, text=True, timeout=timeout, env=scratch_env(repo))
-
-
-def verdicts(output):
-    return output.count("perfgate bisect: verdict ")
-
-
-def comparisons(output):
-    """The distinct comparisons the verdicts measured (``COMMIT (subject) against GOOD``): a commit left unknown
-    after a few pairs is measured again with more, the same comparison, as the bisect's docs say."""
-    return {line.split(": ", 2)[2] for line in output.splitlines() if line.startswith("perfgate bisect: verdict ")}
-
-
-def check_bisect_across_two_nodes(tmp_path, launcher_options, launched_by):
-    """perfgate bisect through a multi-node launcher: GOOD, a neutral change, then a commit that doubles the toy DDP
-    job's sleep on every node. Every verdict is an A/B session on both nodes; the culprit is named in at most
-    three comparisons (GOOD vs BAD, the midpoint, the culprit against its parent; under load a midpoint left unknown
-    after 2 pairs is measured again with more), and nothing is left behind."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    for command in (("init", "-q"), ("config", "user.email", "ci@example.com"), ("config", "user.name", "ci")):
-        git(repo, *command)
-    (repo / "test_suite.py").write_text(TWO_NODE_SUITE)
-    shas = []
-    for message, sleep_s in (("GOOD", 0.05), ("change 1", 0.05), ("change 2: twice the sleep", 0.1)):
-        (repo / "toy_ddp.py").write_text(TOY_DDP.replace("time.sleep(0.05)", f"time.sleep({sleep_s})"))
-        (repo / "history.txt").write_text(message + "\n")
-        git(repo, "add", ".")
-        git(repo, "commit", "-qm", message)
-        shas.append(git(repo, "rev-parse", "HEAD"))
-    done = subprocess.run([sys.executable, "-m", "perfgate.cli", "bisect", shas[0], shas[2], *launcher_options,
-                           "-k", "ddp", "--perf-repeats", "2", "--perf-max-repeats", "4",
-                           "--bisect-logs", str(tmp_path / "logs")],
-                          cwd=repo, capture_output=True, text=True, timeout=900, env=scratch_env(repo))
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
-    assert f"first bad commit {shas[2]}" in output and "subject: change 2: twice the sleep" in output
-    assert len(comparisons(output)) <= 3, output
-    results = [json.loads(path.read_text()) for path in (tmp_path / "logs").glob("**/result.json")]
-    assert len(results) == verdicts(output)
-    assert all(result["world_size"] == 2 and result["command"].startswith(launched_by) for result in results)
-    assert worktrees(repo) == [f"worktree {repo}"]
-    assert leftover_processes(str(tmp_path)) == []
 
 
 def test_the_commit_that_doubled_the_step_is_named_within_log2_n_plus_2_comparisons_skipping_one_that_crashes(history):

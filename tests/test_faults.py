@@ -11,11 +11,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from fault_session import baseline_files, pytest_args, results_of
+from pace import launch_start_bound_s, most_past_a_bound_s
 
 from conftest import REPO, leftover_processes
 
@@ -23,11 +24,14 @@ WORKLOAD = REPO / "workloads" / "unet3d_train.py"
 SUITE = f"""
 from perfgate import Case, Flavour, parametrize
 
+HANG_TIMEOUT_S = {{hang_timeout_s}}
+
 SMALL = {{"device": "cpu", "base-channels": 2, "batch-size": 1, "loader": "synthetic", "workers": 0}}
 FAULTS = {{"crash": "crash@1:2", "kill": "kill@1:2", "hang": "hang@1:2", "oom": "oom@0:2", "nan": "nan@0:2",
            "none": None, "corrupt": None, "old-version": None, "teardown": "crash@1:end", "teardown-hang": "hang@1:end"}}
 CASES = [Case("unet3d", name, ({str(WORKLOAD)!r},),
-              cpu=Flavour({{**SMALL, "inject-fault": fault}}, steps=6, warmup=1, tolerance=0.5, timeout_s=45))
+              cpu=Flavour({{**SMALL, "inject-fault": fault}}, steps=6, warmup=1, tolerance=0.5,
+                          timeout_s=HANG_TIMEOUT_S))
          for name, fault in FAULTS.items()]
 CASES += [
     Case("unet3d", "bad-option", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "base-channels": 0}})),
@@ -47,28 +51,20 @@ OLD_VERSION = {
 }
 
 
-def pytest_args(root, *args):
-    return [sys.executable, "-m", "pytest", "test_suite.py", "-p", "no:cacheprovider", "--basetemp",
-            str(root / "tmp"), "--baseline-dir", str(root / "b"), "--hardware-class", "faults",
-            "--perf-repeats", "1", "-rA", *args]
+TEARDOWN_S = 15
+"""--perf-teardown-timeout: how long a rank may take to exit after the run's end record."""
 
 
-def results_of(basetemp):
-    results = {}
-    for path in basetemp.glob("**/result.json"):
-        result = json.loads(path.read_text())
-        results[result["case"]] = result
-    return results
-
-
-def baseline_files(root):
-    return {p.name: p.read_bytes() for p in (root / "b").rglob("*") if p.is_file()}
+def hang_timeout_s():
+    """The fault cases' timeout: a hang must come after the ranks surely run here, and a hung teardown's bound before
+    it (the few steps of the small case take less than another TEARDOWN_S)."""
+    return round(launch_start_bound_s()) + 2 * TEARDOWN_S
 
 
 @pytest.fixture(scope="module")
 def suite_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
-    (root / "test_suite.py").write_text(SUITE)
+    (root / "test_suite.py").write_text(SUITE.replace("{hang_timeout_s}", str(hang_timeout_s())))
     (root / "b" / "faults").mkdir(parents=True)
     (root / "b" / "faults" / "unet3d-corrupt-cpu.json").write_text(TRUNCATED)
     (root / "b" / "faults" / "unet3d-old-version-cpu.json").write_text(json.dumps(OLD_VERSION))
@@ -79,9 +75,10 @@ def suite_dir(tmp_path_factory):
 def outcome(suite_dir):
     """One pytest session over the in-run scenarios; returns its output and each case's result.json.
 
-    Two xdist workers, so that the hang's 45 s timeout overlaps the other scenarios: none of them is timed."""
+    Two xdist workers, so that the hang's timeout overlaps the other scenarios: none of them is timed."""
     before = baseline_files(suite_dir)
-    done = subprocess.run(pytest_args(suite_dir, "-k", "not slow", "-n", "2", "--perf-teardown-timeout", "15"),
+    done = subprocess.run(pytest_args(suite_dir, "-k", "not slow", "-n", "2", "--perf-teardown-timeout",
+                                      str(TEARDOWN_S)),
                           cwd=suite_dir, capture_output=True, text=True, timeout=600)
     return done.stdout + done.stderr, results_of(suite_dir / "tmp"), before
 
@@ -90,7 +87,7 @@ def outcome(suite_dir):
     ("crash", "crashed", ["rank 1 (node 0, local rank 1) failed: exit code 13",
                           "perfgate injected fault: crash on rank 1 at step 2"]),
     ("kill", "crashed", ["rank 1 (node 0, local rank 1) failed: killed by signal SIGKILL"]),
-    ("hang", "timeout", ["no exit after the 45 s timeout", "killed every process of the run",
+    ("hang", "timeout", ["no exit after the {hang_timeout_s} s timeout", "killed every process of the run",
                          "wrote their Python stacks (every thread) at the end of their logs"]),
     ("oom", "out-of-memory", ["rank 0", "OutOfMemoryError", "configuration: "]),
     ("nan", "diverged", ["loss is not finite from step 2", "configuration: "]),
@@ -104,7 +101,7 @@ def test_each_fault_is_classified_and_explained(outcome, case, verdict, says):
     result = results[f"unet3d-{case}-cpu"]
     assert result["verdict"] == verdict, result.get("message")
     for text in says:
-        assert text in result["message"]
+        assert text.replace("{hang_timeout_s}", str(hang_timeout_s())) in result["message"]
     assert f"unet3d-{case}-cpu" in output and verdict in output
 
 
@@ -130,15 +127,15 @@ def test_a_rank_failing_in_teardown_keeps_the_finished_measurement_with_a_warnin
 
 
 def test_a_rank_hanging_in_teardown_is_killed_soon_after_the_end_record_and_the_measurement_kept(outcome):
-    """Without a teardown bound each launch would wait out the case's 45 s timeout (one hung NCCL destroy costs
+    """Without a teardown bound each launch would wait out the case's whole timeout (one hung NCCL destroy costs
     1800 s on a GPU case)."""
     output, results, _ = outcome
     result = results["unet3d-teardown-hang-cpu"]
     assert result["verdict"] == "no-baseline", result.get("message")
     assert result["measured"]["samples_per_second"] > 0
     causes = {(failure["kind"], failure["cause"].split(" (")[0]) for failure in result["teardown_failures"]}
-    assert causes == {("timeout", "a rank did not exit within 15 s of the run's end record")}
-    assert all(run["time_s"]["teardown_s"] < 35 for run in result["per_run"])
+    assert causes == {("timeout", f"a rank did not exit within {TEARDOWN_S} s of the run's end record")}
+    assert all(run["time_s"]["teardown_s"] < TEARDOWN_S + most_past_a_bound_s() for run in result["per_run"])
     assert "TeardownFailureWarning: unet3d-teardown-hang-cpu: run 1 finished its steps and end record, then timeout" \
         in output
 

@@ -7,6 +7,7 @@ import re
 import warnings
 
 import pytest
+from fakes import DETECTED, METRIC, make_plan
 
 from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
@@ -23,9 +24,7 @@ from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.records import host_wait
 from perfgate.report import terminal
 
-METRIC = "samples_per_second"
 CPU = "cpu_seconds_per_sample"
-DETECTED = "cpu-test-2c-n1"
 
 
 class FakeMeasurer:
@@ -56,13 +55,6 @@ class FakeMeasurer:
         self.measurement.runs.append({"run": self.launches, "metrics": run_metrics})
         self.launches += 1
         self._log.append(self._name)
-
-
-def make_plan(tmp_path, version="1", tolerance=None, gated=(METRIC,)):
-    case = Case("w", "c", ("w.py",), cpu=Flavour({}, tolerance=tolerance, tolerance_floor=0.05),
-                gated=gated, version=version)
-    return Plan(CaseRun(case, "cpu"), LaunchSpec(entry=(), workdir=tmp_path / "work"), Hardware("cpu", 2),
-                "k", DETECTED, 2, 10, 2, tmp_path / "b" / "k" / "w-c-cpu.json", "suite.py::test[c-cpu]")
 
 
 def store(plan, value=100.0, runs=(98.0, 99.0, 100.0, 101.0, 102.0), version="1", detected=DETECTED, measured=None):

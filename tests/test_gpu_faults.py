@@ -3,13 +3,12 @@ as on CPU. Skipped without a CUDA GPU; run on one with `pytest tests/test_gpu_fa
 took 89 s, 2026-11-26)."""
 
 import subprocess
-import sys
 
 import pytest
 import torch
 
 from conftest import REPO, leftover_processes
-from test_faults import pytest_args, results_of
+from fault_session import pytest_args, results_of
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA GPU visible: these cases need a real device to run out of memory")

@@ -11,7 +11,7 @@ import torch
 
 from conftest import REPO, leftover_processes
 from perfgate.records.host_wait import BLOCKING
-from test_faults import baseline_files, pytest_args, results_of
+from fault_session import baseline_files, pytest_args, results_of
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA GPU visible: how the host waits for a device needs a real one")

@@ -6,6 +6,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from pace import wait_until
 
 from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.launch.hardware import Hardware
@@ -84,9 +85,14 @@ def test_without_nvml_the_monitor_is_absent_with_one_line_why():
     assert gpu_monitor.fingerprint(None) == {}
 
 
+def sampled(monitor, count):
+    """Waits until the monitor has taken ``count`` samples: its thread may wait its turn for a core."""
+    wait_until(lambda: len(monitor.samples) >= count, f"{count} GPU samples")
+
+
 def test_monitor_samples_every_gpu_from_a_thread_until_stopped():
     with gpu_monitor.GpuMonitor(FakeNvml(), ["0", "1"], interval_s=0.01) as monitor:
-        time.sleep(0.1)
+        sampled(monitor, 4)
     count = len(monitor.samples)
     time.sleep(0.05)
     assert count == len(monitor.samples) >= 4
@@ -120,7 +126,7 @@ class OldPynvml(OldDriverNvml):
 @pytest.mark.parametrize("nvml", [OldDriverNvml(), OldPynvml()], ids=["driver-before-r535", "old-nvidia-ml-py"])
 def test_an_older_driver_is_sampled_through_the_throttle_reasons_query(nvml):
     with gpu_monitor.GpuMonitor(nvml, ["0", "1"], interval_s=0.01) as monitor:
-        time.sleep(0.05)
+        sampled(monitor, 4)
     throttled = [s for s in monitor.samples if s.gpu == "1"]
     assert len(throttled) >= 2 and all(s.throttle == ("power cap",) and s.utilization == 0.6 for s in throttled)
     assert monitor.error == ""
@@ -135,7 +141,7 @@ class MigSliceNvml(FakeNvml):
 
 def test_a_query_the_gpu_does_not_support_leaves_that_field_out_and_says_so_once():
     with gpu_monitor.GpuMonitor(MigSliceNvml(), ["0"], interval_s=0.01) as monitor:
-        time.sleep(0.05)
+        sampled(monitor, 2)
     assert len(monitor.samples) >= 2
     assert all(s.utilization is None and s.power_w == 650.0 and s.memory_used_bytes == 2**30 for s in monitor.samples)
     assert monitor.error == "GPU 0: no utilisation (Not Supported)"
@@ -155,7 +161,7 @@ class NoHandleNvml(FakeNvml):
 
 def test_a_gpu_without_a_handle_is_left_out_and_named_never_raised():
     with gpu_monitor.GpuMonitor(NoHandleNvml(), ["0", "1"], interval_s=0.01) as monitor:
-        time.sleep(0.05)
+        sampled(monitor, 2)
     assert {s.gpu for s in monitor.samples} == {"0"}
     assert monitor.error == "no NVML handle for GPU 1 (GPU is lost): not sampled"
 
@@ -163,7 +169,7 @@ def test_a_gpu_without_a_handle_is_left_out_and_named_never_raised():
 @pytest.mark.parametrize("visible", [FakeNvml.UUIDS[1], FakeNvml.UUIDS[1][:12]], ids=["uuid", "uuid-prefix"])
 def test_gpus_named_by_uuid_in_cuda_visible_devices_are_the_ones_sampled(visible):
     with gpu_monitor.GpuMonitor(FakeNvml(), [visible], interval_s=0.01) as monitor:
-        time.sleep(0.05)
+        sampled(monitor, 1)
     assert monitor.samples and all(s.gpu == visible and s.utilization == 0.6 for s in monitor.samples)
 
 

@@ -2,6 +2,7 @@
 process that did not (torchrun's agent) is left alone rather than killed by the signal's default action."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,7 +11,8 @@ from pathlib import Path
 import psutil
 
 from perfgate.launch import hang_stacks
-from perfgate.launch.hang_stacks import catches, request_stacks
+from perfgate.launch.diagnose import LaunchFailed, with_stacks
+from perfgate.launch.hang_stacks import Stacks, catches, request_stacks
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,8 +45,7 @@ def test_a_hung_rank_and_its_forked_worker_write_their_stacks_and_an_unregistere
         assert len(worker) == 1
         pids = [rank.pid, worker[0].pid, agent.pid]
         assert [catches(pid) for pid in pids] == [True, True, False]
-        assert request_stacks(pids) == 2
-        time.sleep(0.5)
+        assert request_stacks(pids) == Stacks(processes=3, asked=2, wrote=2)
         text = rank_log.read_text()
         assert text.count("most recent call first") == 2, text
         assert text.count("in waiting_for_a_peer_that_never_comes") == 2, text
@@ -60,7 +61,7 @@ def test_a_hung_rank_and_its_forked_worker_write_their_stacks_and_an_unregistere
 def test_a_process_that_is_gone_is_passed_over():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    assert not catches(gone.pid) and request_stacks([gone.pid]) == 0
+    assert not catches(gone.pid) and request_stacks([gone.pid]) == Stacks(processes=1)
 
 
 def test_on_a_shared_host_the_stacks_of_one_node_are_asked_for_and_the_reap_ends_only_the_run(tmp_path):
@@ -73,7 +74,7 @@ def test_on_a_shared_host_the_stacks_of_one_node_are_asked_for_and_the_reap_ends
         on_host = [sys.executable, "-m", "perfgate.launch.on_host"]
         asked = subprocess.run([*on_host, "--stacks", tag[RUN_ID_ENV], "--node", "0"], capture_output=True,
                                text=True, cwd=REPO, check=True)
-        assert asked.stdout.split() == ["1"]
+        assert asked.stdout.split() == ["1", "1", "1"], "found, asked, wrote"
         assert "in waiting_for_a_peer_that_never_comes" in node0_log.read_text()
         assert node1_log.read_text() == ""
         subprocess.run([*on_host, "--reap", tag[RUN_ID_ENV]], cwd=REPO, check=True, timeout=60)
@@ -85,14 +86,68 @@ def test_on_a_shared_host_the_stacks_of_one_node_are_asked_for_and_the_reap_ends
             proc.wait()
 
 
-def test_processes_that_share_a_stderr_are_asked_in_turns_and_the_others_at_once(monkeypatch):
+def test_processes_that_share_a_stderr_are_asked_in_turns_each_once_the_last_dump_is_whole(monkeypatch):
     """A rank and its two loader workers write to rank0.log, another rank to rank1.log: asked at once, the three
-    stacks in rank0.log would interleave."""
+    stacks in rank0.log would interleave. On this slow host a dump lands half a second after its signal, longer
+    than a fixed turn would have waited."""
     streams = {10: "rank0.log", 11: "rank0.log", 12: "rank0.log", 20: "rank1.log"}
-    events = []
+    sizes = dict.fromkeys(streams.values(), 0)
+    clock, asked, landing = [0.0], [], []
+
+    def kill(pid, signum):
+        asked.append((pid, clock[0]))
+        landing.append((clock[0] + 0.5, streams[pid]))
+
+    def size_of(stream):
+        for dump in [dump for dump in landing if dump[0] <= clock[0] and dump[1] == stream]:
+            landing.remove(dump)
+            sizes[stream] += 100
+        return sizes[stream]
+
     monkeypatch.setattr(hang_stacks, "catches", lambda pid: True)
     monkeypatch.setattr(hang_stacks, "stderr_of", streams.get)
-    monkeypatch.setattr(hang_stacks.os, "kill", lambda pid, signum: events.append(pid))
-    monkeypatch.setattr(hang_stacks.time, "sleep", lambda seconds: events.append(seconds))
-    assert request_stacks(streams) == 4
-    assert events == [10, 20, hang_stacks.TURN_S, 11, hang_stacks.TURN_S, 12, hang_stacks.ANSWER_S]
+    monkeypatch.setattr(hang_stacks, "size_of", size_of)
+    monkeypatch.setattr(hang_stacks.os, "kill", kill)
+    monkeypatch.setattr(hang_stacks.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(hang_stacks.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    assert request_stacks(streams) == Stacks(processes=4, asked=4, wrote=4)
+    assert [pid for pid, _ in asked] == [10, 20, 11, 12]
+    (_, first), (_, other), (_, second), (_, third) = asked
+    assert first == other == 0.0
+    assert second >= first + 0.5 + hang_stacks.QUIET_S and third >= second + 0.5 + hang_stacks.QUIET_S
+    assert clock[0] < hang_stacks.ANSWER_S
+
+
+def test_a_process_that_cannot_answer_is_asked_and_counted_as_silent_after_the_answer_time(tmp_path, monkeypatch):
+    """A stopped process catches the signal but runs no handler: the request waits ANSWER_S for it, no longer."""
+    monkeypatch.setattr(hang_stacks, "ANSWER_S", 1.0)
+    rank, rank_log = start(tmp_path, "rank", "tell_stacks_on_request()")
+    try:
+        rank.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        assert request_stacks([rank.pid]) == Stacks(processes=1, asked=1, wrote=0)
+        assert time.monotonic() - started >= 1.0
+        assert rank_log.read_text() == ""
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+HUNG = LaunchFailed("timeout", "no exit after the 15 s timeout")
+
+
+def test_a_hangs_message_says_where_its_stacks_are_or_why_there_are_none(tmp_path):
+    def said(stacks):
+        amended = with_stacks(HUNG, stacks, tmp_path, " on its host")
+        assert amended.kind == "timeout" and amended.message.startswith(HUNG.message)
+        return amended.message.removeprefix(HUNG.message)
+
+    assert said(Stacks(4, 2, 2)).startswith("\nWhere it hung: 2 process(es) of the run wrote their Python stacks")
+    assert f"{tmp_path}/node*/*/attempt_*/RANK/stderr.log on its host" in said(Stacks(4, 2, 2))
+    assert said(Stacks(4, 3, 2)).endswith(f"; 1 more asked wrote nothing within {hang_stacks.ANSWER_S:g} s")
+    assert said(Stacks(4, 2, 0)).startswith("\nWhere it hung: unknown; 2 process(es) of the run were asked for their "
+                                            f"Python stacks and none wrote within {hang_stacks.ANSWER_S:g} s")
+    assert said(Stacks(3, 0, 0)).startswith("\nWhere it hung: unknown; none of the run's 3 process(es) had set up its "
+                                            "stack dump")
+    assert "were still starting" in said(Stacks(3, 0, 0))
+    assert with_stacks(HUNG, Stacks(), tmp_path) is HUNG, "no process found: nothing to say"

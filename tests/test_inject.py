@@ -299,9 +299,11 @@ def test_the_plant_is_work_on_the_core_not_a_sleep_that_hands_the_core_away():
     cpu_before = time.process_time()
     planted = injector.pause()
     assert planted >= 0.05
-    # The step's CPU time is planted again as CPU time, up to its wall target: idle, all 50 ms of it; beside two busy
-    # processes the plant's share of a core can be smaller than its step's was (32 ms seen). A sleep uses microseconds.
-    assert 0.025 < time.process_time() - cpu_before < 0.06, "the plant slept instead of working"
+    # The step's CPU time is planted again as CPU time, up to its wall target: idle, all 50 ms of it; on a shared core
+    # the plant's share can be smaller than its step's was (32 ms seen beside two busy processes). A sleep would use
+    # microseconds, so the floor is a fifth of the step's: its share would have to fall fivefold from one 50 ms to
+    # the next. The plant never works beyond the step's CPU time.
+    assert 0.01 < time.process_time() - cpu_before < 0.05 + 0.005, "the plant slept instead of working"
 
 
 def test_on_cpu_the_plant_moves_both_clocks_by_the_fraction_working_for_the_cpu_time_and_waiting_for_the_rest():
@@ -316,9 +318,10 @@ def test_on_cpu_the_plant_moves_both_clocks_by_the_fraction_working_for_the_cpu_
 
 
 def test_burn_works_for_the_cpu_time_then_waits_out_the_wall_time_or_stops_at_the_wall_time():
+    # A wall target 15 times the CPU time: the process needs only a 15th of a core to finish its work inside it.
     began_wall, began_cpu = time.perf_counter(), time.process_time()
-    burn(0.02, 0.06)
-    assert time.perf_counter() - began_wall >= 0.06
+    burn(0.02, 0.3)
+    assert time.perf_counter() - began_wall >= 0.3
     assert time.process_time() - began_cpu == pytest.approx(0.02, abs=0.01)
     began_wall = time.perf_counter()
     burn(10.0, 0.03)

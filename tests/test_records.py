@@ -4,6 +4,7 @@ import time
 
 import pytest
 import torch
+from fakes import FakeDeviceClock
 
 from perfgate.records.steps import RecordsError, RecordsTail, StepRecorder, read_records
 
@@ -70,30 +71,6 @@ def test_tail_returns_only_new_complete_lines(tmp_path):
         fh.write(line[10:] + "\n")
     assert tail.new_records() == [record]
     assert tail.new_records() == []
-
-
-class FakeDeviceClock:
-    """Markers the test completes by hand, like CUDA events the device has not reached yet."""
-
-    def __init__(self):
-        self.now = 0.0
-        self.reached = 0
-        self.waits = 0
-
-    def mark(self):
-        self.now += 1.5
-        return self.now
-
-    def done(self, marker):
-        return marker <= self.reached
-
-    def wait(self, marker):
-        self.waits += 1
-        self.reached = max(self.reached, marker)
-
-    @staticmethod
-    def seconds(earlier, later):
-        return later - earlier
 
 
 def test_steps_are_written_late_once_the_device_reaches_them_without_waiting(tmp_path):

@@ -14,7 +14,8 @@ import pytest
 import slurm_cluster
 from multinode import (OTHER, WORKLOAD_CASES, check_each_rank_wrote_its_stack, check_reference_side_under_other,
                        interrupt_mid_run, launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
-from test_bisect import check_bisect_across_two_nodes
+from bisect_runs import check_bisect_across_two_nodes
+from pace import launch_start_bound_s
 
 from conftest import leftover_processes
 
@@ -88,10 +89,12 @@ def test_a_crash_on_the_second_node_is_classified_and_names_that_node(suite, clu
 
 
 def test_a_hang_is_cancelled_with_no_process_left_on_any_node_and_each_rank_says_where_it_was(suite, cluster):
-    """A step beside the hung one asks each node's rank (not its torchrun agent) for its stack before scancel."""
-    result = run(suite, "-k", "hang", "--perf-timeout", "15")
+    """A step beside the hung one asks each node's rank (not its torchrun agent) for its stack before scancel. The
+    timeout comes once the ranks surely run here; test_hang_stacks covers a hang in start-up."""
+    timeout_s = round(launch_start_bound_s())
+    result = run(suite, "-k", "hang", "--perf-timeout", str(timeout_s))
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*toy-hang-cpu: timeout in run 1: no exit after the 15 s timeout*",
+    result.stdout.fnmatch_lines([f"*toy-hang-cpu: timeout in run 1: no exit after the {timeout_s} s timeout*",
                                  "*Where it hung: 2 process(es) of the run wrote their Python stacks*"])
     check_each_rank_wrote_its_stack(suite.path, "test_toy_hang_cpu_0")
     assert leftover_processes(str(suite.path)) == []

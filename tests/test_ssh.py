@@ -9,6 +9,7 @@ import pytest
 import ssh_server
 from multinode import (OTHER, WORKLOAD_CASES, check_each_rank_wrote_its_stack, check_reference_side_under_other,
                        interrupt_mid_run, launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
+from pace import launch_start_bound_s
 
 from conftest import leftover_processes
 
@@ -66,10 +67,12 @@ def test_a_crash_on_the_second_host_is_classified_and_names_that_host(suite, ser
 
 
 def test_a_hang_is_ended_on_every_host_with_no_process_left_and_each_rank_says_where_it_was(suite, server):
-    """Each host's rank (not its torchrun agent, which does not catch the signal) writes its stack before the reap."""
-    result = run(suite, server, "-k", "hang", "--perf-timeout", "15")
+    """Each host's rank (not its torchrun agent, which does not catch the signal) writes its stack before the reap.
+    The timeout comes once the ranks surely run here; test_hang_stacks covers a hang in start-up."""
+    timeout_s = round(launch_start_bound_s())
+    result = run(suite, server, "-k", "hang", "--perf-timeout", str(timeout_s))
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*toy-hang-cpu: timeout in run 1: no exit after the 15 s timeout*",
+    result.stdout.fnmatch_lines([f"*toy-hang-cpu: timeout in run 1: no exit after the {timeout_s} s timeout*",
                                  "*Where it hung: 2 process(es) of the run wrote their Python stacks*"])
     check_each_rank_wrote_its_stack(suite.path, "test_toy_hang_cpu_0")
     assert leftover_processes(str(suite.path)) == []

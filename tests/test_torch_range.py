@@ -7,12 +7,10 @@ import sys
 
 import pytest
 import torch
-from test_workloads import train
 
-from conftest import REPO
+from conftest import WORKLOADS, train
 
 pytestmark = pytest.mark.floor
-WORKLOADS = REPO / "workloads"
 
 
 @pytest.fixture(scope="module")

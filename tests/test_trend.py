@@ -14,7 +14,7 @@ import uuid
 import numpy as np
 import postgres_server
 import pytest
-from test_ab import SLEEPER, SUITE, git
+from sleeper_repo import SLEEPER, SUITE, git, init
 
 pytest.importorskip("otava.analysis", reason="perfgate[trend] is not installed here (.venv-floor has none; "
                     "tests/test_trend_extra.py checks what that says)")
@@ -261,8 +261,7 @@ def test_sessions_writing_at_once_lose_nothing(tmp_path):
 @pytest.fixture
 def repo(pytester):
     pytester.makepyfile(sleeper=SLEEPER.format(step_s=0.02), test_suite=SUITE.format(extra=""))
-    for command in (("init", "-q"), ("config", "user.email", "ci@example.com"), ("config", "user.name", "ci")):
-        git(pytester.path, *command)
+    init(pytester.path)
     git(pytester.path, "add", "sleeper.py", "test_suite.py")
     git(pytester.path, "commit", "-qm", "the suite")
     return pytester

@@ -9,12 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
-from perfgate.launch.local import launch
-from perfgate.launch.spec import LaunchSpec
-from perfgate.records.steps import read_records
+from conftest import WORKLOADS, train
 
-WORKLOADS = REPO / "workloads"
 needs_dali = pytest.mark.skipif(importlib.util.find_spec("nvidia.dali") is None, reason="DALI is not installed")
 
 
@@ -28,15 +24,6 @@ def unet3d():
         yield module
     finally:
         sys.path.remove(str(WORKLOADS))
-
-
-def train(tmp_path, script, *args):
-    """Runs a workload for a few steps on 2 gloo ranks; returns rank 0's records."""
-    records = tmp_path / "steps.jsonl"
-    launch(LaunchSpec(entry=[str(WORKLOADS / script), "--device", "cpu", "--records", str(records), *args],
-                      workdir=tmp_path / "run", procs_per_node=2, timeout_s=240,
-                      env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}))
-    return read_records(records)
 
 
 def assert_trained(records, steps):

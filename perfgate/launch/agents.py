@@ -157,6 +157,24 @@ def run_processes(run_id: str, node: int | None = None) -> list[psutil.Process]:
     return found
 
 
+def wait_gone(procs: Sequence[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Waits until every process has exited, at most ``timeout_s``; those still running. A zombie has exited: a rank
+    whose parent has not reaped it yet is gone, where psutil.wait_procs would wait out the timeout for it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        running = [proc for proc in procs if still_running(proc)]
+        if not running or time.monotonic() >= deadline:
+            return running
+        time.sleep(0.05)
+
+
+def still_running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def kill_run(agents: Sequence[subprocess.Popen], run_id: str | None) -> None:
     """SIGTERM the whole run (agents, ranks, loader workers), SIGKILL what survives the grace period. With
     ``run_id`` None only the agents' own process trees: a remote launcher's local processes (srun, ssh), whose
@@ -179,13 +197,13 @@ def kill_run(agents: Sequence[subprocess.Popen], run_id: str | None) -> None:
                 alive.append(proc)
         except psutil.NoSuchProcess:
             continue
-    _, survivors = psutil.wait_procs(alive, timeout=KILL_GRACE_S)
+    survivors = wait_gone(alive, KILL_GRACE_S)
     for proc in survivors:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             continue
-    psutil.wait_procs(survivors, timeout=KILL_GRACE_S)
+    wait_gone(survivors, KILL_GRACE_S)
     for agent in agents:
         try:
             agent.wait(timeout=KILL_GRACE_S)

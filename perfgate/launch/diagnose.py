@@ -11,6 +11,8 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
+from perfgate.launch.hang_stacks import ANSWER_S, Stacks
+
 if TYPE_CHECKING:
     from perfgate.launch.spec import LaunchSpec
 
@@ -49,17 +51,27 @@ class LaunchFailed(Exception):
         """The agents' command lines, as LaunchResult has them (empty if none started)."""
 
 
-def with_stacks(failure: LaunchFailed, answered: int, workdir: Path, place: str = "") -> LaunchFailed:
+def with_stacks(failure: LaunchFailed, stacks: Stacks, workdir: Path, place: str = "") -> LaunchFailed:
     """A hang's failure, saying where the stacks its processes wrote before the kill are: each rank's log under the
-    run's ``workdir`` (``place``: on which machine, for the remote launchers)."""
-    if not answered:
+    run's ``workdir`` (``place``: on which machine, for the remote launchers); or why there are none."""
+    logs = f"{workdir}/node*/*/attempt_*/RANK/stderr.log{place}"
+    if stacks.wrote:
+        unanswered = stacks.asked - stacks.wrote
+        said = (f"Where it hung: {stacks.wrote} process(es) of the run wrote their Python stacks (every thread) at the "
+                f"end of their logs, each rank's in {logs} (its loader workers' there too)"
+                + (f"; {unanswered} more asked wrote nothing within {ANSWER_S:g} s" if unanswered else ""))
+    elif stacks.asked:
+        said = (f"Where it hung: unknown; {stacks.asked} process(es) of the run were asked for their Python stacks and "
+                f"none wrote within {ANSWER_S:g} s (stopped, or the host too busy to run them); their logs: {logs}")
+    elif stacks.processes:
+        said = (f"Where it hung: unknown; none of the run's {stacks.processes} process(es) had set up its stack dump "
+                "(a workload does so as it starts: perfgate.launch.hang_stacks.tell_stacks_on_request), so the ranks "
+                "were still starting (importing, rendezvous) when the timeout came, or their script never asks for it")
+    else:
         return failure
-    said = LaunchFailed(failure.kind, f"{failure.message}\nWhere it hung: {answered} process(es) of the run wrote "
-                        f"their Python stacks (every thread) at the end of their logs, each rank's in "
-                        f"{workdir}/node*/*/attempt_*/RANK/stderr.log{place} (its loader workers' there too)",
-                        failure.log_path)
-    said.commands = failure.commands
-    return said
+    amended = LaunchFailed(failure.kind, f"{failure.message}\n{said}", failure.log_path)
+    amended.commands = failure.commands
+    return amended
 
 
 def teardown_hung(spec: LaunchSpec, logs: Sequence[Path]) -> LaunchFailed:

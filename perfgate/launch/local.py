@@ -41,8 +41,8 @@ def launch(spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
         wait_for_agents(agents, spec, start, pinning(spec, run_id, on_poll), logs)
     except LaunchFailed as timed_out:
         timed_out.commands = tuple(commands)
-        answered = request_stacks(proc.pid for proc in run_processes(run_id))
-        raise with_stacks(timed_out, answered, spec.workdir) from None
+        stacks = request_stacks(proc.pid for proc in run_processes(run_id))
+        raise with_stacks(timed_out, stacks, spec.workdir) from None
     finally:
         kill_run(agents, run_id)
     codes = [agent.returncode for agent in agents]

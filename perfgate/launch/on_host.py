@@ -3,7 +3,7 @@
 ``--reap TAG`` ends whatever of the run is still alive on this host (SIGTERM, then SIGKILL): the ssh launcher runs
 it on every host after each launch, since an ssh client's death does not reach a remote process without a
 terminal. ``--stacks TAG`` asks the run's processes of one node on this host for their Python stacks
-(launch.hang_stacks) before a hung run is ended, and prints how many it asked; the ssh launcher runs it over ssh,
+(launch.hang_stacks) before a hung run is ended, and prints how many processes it found, asked and saw write; the ssh launcher runs it over ssh,
 the slurm launcher as a step beside the hung one. Processes are found by the run's tag in their environment.
 """
 
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--reap", metavar="TAG", help="end this run's processes on this host")
     action.add_argument("--stacks", metavar="TAG", help="ask this run's processes of --node on this host for their "
-                        "Python stacks; prints how many were asked")
+                        "Python stacks; prints how many processes it found, asked and saw write them")
     parser.add_argument("--node", type=int, default=os.environ.get("SLURM_NODEID"),
                         help="with --stacks: the run's node on this host (default: SLURM_NODEID, under srun); "
                         "several nodes of a run can share a host")
@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.reap:
         reap(args.reap)
     else:
-        print(request_stacks(proc.pid for proc in run_processes(args.stacks, args.node)))
+        print(request_stacks(proc.pid for proc in run_processes(args.stacks, args.node)).line())
 
 
 if __name__ == "__main__":

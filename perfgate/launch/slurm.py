@@ -25,6 +25,7 @@ from typing import Mapping, Sequence
 from perfgate.launch.agents import (agent_command, free_port, kill_run, read_node_hardware, start_logged,
                                     wait_for_agents)
 from perfgate.launch.diagnose import LaunchFailed, diagnose_failure, with_stacks
+from perfgate.launch.hang_stacks import Stacks
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.node_agent import become_agent
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll
@@ -106,21 +107,21 @@ def cancel_steps(run_id: str) -> None:
         print(f"perfgate: could not cancel SLURM step {run_id}: {exc}; check squeue", file=sys.stderr)
 
 
-def ask_for_stacks(spec: LaunchSpec, run_id: str) -> int:
+def ask_for_stacks(spec: LaunchSpec, run_id: str) -> Stacks:
     """Before a hung step is cancelled: one more step in its job and on its nodes (``--overlap``, so the hung
-    step's CPUs do not hold it back) asks the run's processes on each node for their stacks; how many were asked.
-    0 where that step cannot run (a SLURM before 20.11 has no ``--overlap``): the hang is still ended."""
+    step's CPUs do not hold it back) asks the run's processes on each node for their stacks. Nothing found where that
+    step cannot run (a SLURM before 20.11 has no ``--overlap``): the hang is still ended."""
     try:
         found = find_step(run_id)
         if not found:
-            return 0
+            return Stacks()
         step, nodes = found
         asked = subprocess.run(["srun", "--jobid", step.split(".")[0], "--overlap", "--nodelist", nodes,
                                 "--ntasks-per-node", "1", spec.python, "-m", "perfgate.launch.on_host",
                                 "--stacks", run_id], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(int(count) for count in asked.stdout.split() if count.isdigit())
+        return Stacks()
+    return Stacks.from_lines(asked.stdout)
 
 
 def diagnose_srun(spec: LaunchSpec, code: int, logs: Sequence[Path], srun_log: Path) -> LaunchFailed:

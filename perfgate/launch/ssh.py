@@ -22,6 +22,7 @@ from typing import Callable, Mapping, Sequence
 from perfgate.launch.agents import (free_port, kill_run, node_agent_command, read_node_hardware,
                                     start_logged, wait_for_agents)
 from perfgate.launch.diagnose import LaunchFailed, diagnose_failure, with_stacks
+from perfgate.launch.hang_stacks import Stacks
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.spec import NODE_ENV, RUN_ID_ENV, LaunchResult, LaunchSpec, Poll
 
@@ -115,7 +116,7 @@ class SshLauncher:
                 print(f"perfgate: could not clean up run {run_id} on {host}: {err.strip()}; "
                       f"look for processes with {RUN_ID_ENV}={run_id} there", file=sys.stderr)
 
-    def ask_for_stacks(self, hosts: Sequence[str], run_id: str) -> int:
-        """Before a hung run is reaped: how many of its processes, on all hosts, wrote their stacks to their logs."""
+    def ask_for_stacks(self, hosts: Sequence[str], run_id: str) -> Stacks:
+        """Before a hung run is reaped: its processes on all hosts asked for their stacks, and how many wrote them."""
         answers = self.on_every_host(hosts, lambda node: ("--stacks", run_id, "--node", str(node)))
-        return sum(int(out) for _, code, out, _ in answers if code == 0 and out.strip().isdigit())
+        return sum((Stacks.from_lines(out) for _, code, out, _ in answers if code == 0), Stacks())

@@ -1,7 +1,8 @@
 """A training script written for DeepSpeed, for perfgate's OptimizerSteps tests: no perfgate import, ZeRO stage 1
 over gloo ranks started by torchrun, gradient accumulation inside the engine (``engine.step()`` on every
-micro-batch), gradient clipping, and ``--overflow-at=3,6``: iterations whose loss is infinite, whose update ZeRO
-skips (the gradient norm is not finite) without calling the torch optimizer."""
+micro-batch), gradient clipping, and ``--overflow-at=3,6``: iterations that first sleep ``--overflow-sleep`` seconds
+and whose loss is infinite, whose update ZeRO skips (the gradient norm is not finite) without calling the torch
+optimizer."""
 import sys
 import time
 
@@ -14,6 +15,7 @@ def main():
     opts = dict(arg.lstrip("-").split("=", 1) for arg in sys.argv[1:])
     accum, iters = int(opts.get("accum", "4")), int(opts.get("max-iters", "100000"))
     overflow_at = {int(it) for it in opts.get("overflow-at", "").split(",") if it}
+    overflow_sleep_s = float(opts.get("overflow-sleep", "0.3"))
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 1))
     config = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": accum, "gradient_clipping": 1.0,
@@ -24,7 +26,7 @@ def main():
     last = time.perf_counter()
     for it in range(iters):
         if it in overflow_at:
-            time.sleep(0.3)
+            time.sleep(overflow_sleep_s)
         for _ in range(accum):
             x = torch.randn(16, 128)
             loss = nn.functional.mse_loss(engine(x), x.sum(dim=1, keepdim=True))

@@ -1,0 +1,40 @@
+"""Stand-ins shared by the unit tests: a planned case that launches nothing, and a device clock the test advances."""
+
+from perfgate.config.cases import Case, CaseRun, Flavour
+from perfgate.launch.hardware import Hardware
+from perfgate.launch.plan import Plan
+from perfgate.launch.spec import LaunchSpec
+
+METRIC = "samples_per_second"
+DETECTED = "cpu-test-2c-n1"
+
+
+def make_plan(tmp_path, version="1", tolerance=None, gated=(METRIC,)):
+    case = Case("w", "c", ("w.py",), cpu=Flavour({}, tolerance=tolerance, tolerance_floor=0.05),
+                gated=gated, version=version)
+    return Plan(CaseRun(case, "cpu"), LaunchSpec(entry=(), workdir=tmp_path / "work"), Hardware("cpu", 2),
+                "k", DETECTED, 2, 10, 2, tmp_path / "b" / "k" / "w-c-cpu.json", "suite.py::test[c-cpu]")
+
+
+class FakeDeviceClock:
+    """Markers the test completes by hand, like CUDA events the device has not reached yet."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.reached = 0
+        self.waits = 0
+
+    def mark(self):
+        self.now += 1.5
+        return self.now
+
+    def done(self, marker):
+        return marker <= self.reached
+
+    def wait(self, marker):
+        self.waits += 1
+        self.reached = max(self.reached, marker)
+
+    @staticmethod
+    def seconds(earlier, later):
+        return later - earlier
