@@ -16,6 +16,8 @@ from pace import python_start_s
 from sleeper_repo import ARGS, NEW_CASE, SLEEPER, SUITE, git, init, result_of, worktrees
 
 from conftest import REPO, leftover_processes
+from perfgate.judge import revision
+from perfgate.judge.revision import RevisionError
 from perfgate.launch.cores import duet_cores
 from perfgate.launch.spec import LaunchSpec
 from perfgate.measure.measurer import LaunchStopped, Measurer, common_span, launch_together, overlapping, step_span
@@ -231,22 +233,24 @@ def test_a_case_the_reference_lacks_is_skipped_as_new(repo):
                                  "compare it against*"])
 
 
-def test_unknown_revisions_dirty_trees_and_shallow_clones_are_usage_errors(repo, tmp_path):
-    unknown = run(repo, "--perf-against", "no-such-branch")
-    assert unknown.ret == pytest.ExitCode.USAGE_ERROR
-    unknown.stderr.fnmatch_lines(["*--perf-against no-such-branch: no such revision here*"])
+def test_unknown_revisions_dirty_trees_and_shallow_clones_are_refused_saying_what_to_do(repo, tmp_path):
+    with pytest.raises(RevisionError, match="--perf-against no-such-branch: no such revision here"):
+        revision.commits(repo.path, "no-such-branch")
     (repo.path / "sleeper.py").write_text("# changed\n")
-    dirty = run(repo, "--perf-against", "HEAD")
-    assert dirty.ret == pytest.ExitCode.USAGE_ERROR
-    dirty.stderr.fnmatch_lines(["*the working tree has uncommitted changes: commit or stash them*"])
+    with pytest.raises(RevisionError, match="the working tree has uncommitted changes: commit or stash them"):
+        revision.commits(repo.path, "HEAD")
     git(repo.path, "checkout", "--", "sleeper.py")
     shallow = tmp_path / "shallow"
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo.path}", str(shallow)], check=True)
-    done = subprocess.run([*repo._getpytestargs(), "--perf-against", "HEAD"], cwd=shallow, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == pytest.ExitCode.USAGE_ERROR
-    assert "this is a shallow clone: git fetch --unshallow" in done.stderr
-    assert run(repo, "--perf-against", "HEAD", "--update-baselines").ret == pytest.ExitCode.USAGE_ERROR
+    with pytest.raises(RevisionError, match="this is a shallow clone: git fetch --unshallow"):
+        revision.commits(shallow, "HEAD")
+
+
+def test_a_refused_reference_is_a_usage_error_before_any_case_runs(repo):
+    unknown = repo.runpytest_inprocess(*ARGS, "--perf-against", "no-such-branch")
+    assert unknown.ret == pytest.ExitCode.USAGE_ERROR
+    unknown.stderr.fnmatch_lines(["*perfgate: --perf-against no-such-branch: no such revision here*"])
+    assert worktrees(repo.path) == [f"worktree {repo.path}"]
 
 
 def test_the_unchanged_build_passes_a_b_beside_two_busy_processes(pytester):
@@ -283,71 +287,3 @@ def test_case(perfgate, case):
     result.assert_outcomes(passed=1)
     assert result_of(pytester, "tiny")["verdict"] == "pass"
 
-
-BUSY_STEPS = """
-import argparse, json, pathlib, time
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int)
-parser.add_argument("--records", type=pathlib.Path)
-parser.add_argument("--inject-slowdown", type=float, default=0.0)
-args = parser.parse_args()
-
-
-def work():
-    end = time.process_time() + 0.02
-    while time.process_time() < end:
-        pass
-{writer}
-"""
-RAW_RECORDS = """
-with args.records.open("w") as fh:
-    fh.write(json.dumps({"kind": "start", "world_size": 1, "device": "cpu"}) + "\\n")
-    last = time.perf_counter()
-    for step in range(args.steps):
-        work()
-        now = time.perf_counter()
-        fh.write(json.dumps({"kind": "step", "step": step, "samples": 1, "step_s": now - last, "data_s": 0.0}) + "\\n")
-        last = now
-    fh.write(json.dumps({"kind": "end"}) + "\\n")
-"""
-RECORDER = """
-import torch
-from perfgate import StepRecorder
-
-recorder = StepRecorder(args.records, device_type="cpu")
-recorder.write("start", world_size=1, device="cpu")
-recorder.begin()
-for step in range(args.steps):
-    work()
-    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={"loss": torch.tensor(1.0)})
-recorder.close()
-"""
-BUSY_SUITE = """
-from perfgate import Case, Flavour, parametrize
-
-CASES = [Case("busy", "work", ("busy.py",), cpu=Flavour({}, steps=8, warmup=2, tolerance=0.2, ranks_per_node=1,
-                                                        timeout_s=120))]
-
-@parametrize(CASES)
-def test_case(perfgate, case):
-    perfgate.check(case)
-"""
-
-
-def test_a_reference_from_before_the_cpu_clock_is_judged_on_the_wall_clock_saying_the_cpu_clock_was_left_out(pytester):
-    """The reference writes step records without CPU time, as perfgate did before the CPU clock."""
-    init(pytester.path)
-    pytester.makepyfile(busy=BUSY_STEPS.replace("{writer}", RAW_RECORDS), test_suite=BUSY_SUITE)
-    git(pytester.path, "add", ".")
-    git(pytester.path, "commit", "-qm", "records without CPU time")
-    pytester.makepyfile(busy=BUSY_STEPS.replace("{writer}", RECORDER))
-    git(pytester.path, "commit", "-qam", "records with CPU time")
-    result = run(pytester, "--perf-against", "HEAD~1", "-W", "always")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*UngatedMetricWarning: busy-work-cpu: cpu_seconds_per_sample not gated: its "
-                                 "reference (HEAD~1 *) has none (it is from before the metric); it is gated against*",
-                                 "*busy-work-cpu*fastest_step_samples_per_second*pass*"])
-    stored = result_of(pytester, "work")
-    assert [row["metric"] for row in stored["metrics"]] == ["fastest_step_samples_per_second"]
-    assert stored["ungated"][0]["metric"] == "cpu_seconds_per_sample"
-    assert all(run["metrics"]["cpu_seconds_per_sample"] > 0 for run in stored["per_run"])

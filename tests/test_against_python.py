@@ -61,20 +61,19 @@ def test_a_case_that_cannot_run_in_the_reference_environment_is_an_error_naming_
 
 
 def test_an_interpreter_that_is_not_there_or_has_no_torch_is_a_usage_error(suite, tmp_path):
-    missing = suite.runpytest_subprocess(*ARGS, f"--perf-against-python={tmp_path / 'nope'}", timeout=120)
+    missing = suite.runpytest_inprocess(*ARGS, f"--perf-against-python={tmp_path / 'nope'}")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines(["*is not an executable file*"])
     bare = tmp_path / "bare-python"
     bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
     bare.chmod(0o755)
-    without = suite.runpytest_subprocess(*ARGS, f"--perf-against-python={bare}", timeout=120)
+    without = suite.runpytest_inprocess(*ARGS, f"--perf-against-python={bare}")
     assert without.ret == pytest.ExitCode.USAGE_ERROR
     without.stderr.fnmatch_lines([f"*--perf-against-python {bare}: it has no torch*"])
-    apart = suite.runpytest_subprocess(*ARGS, "--perf-against-python", str(OTHER), timeout=120)
+    apart = suite.runpytest_inprocess(*ARGS, "--perf-against-python", str(OTHER))
     assert apart.ret == pytest.ExitCode.USAGE_ERROR
     apart.stderr.fnmatch_lines([f"*pytest took {OTHER} for a test path when it chose its rootdir ({REPO}); write it "
                                 f"as one argument: --perf-against-python={OTHER}"])
-    both = suite.runpytest_subprocess(*ARGS, f"--perf-against-python={sys.executable}", "--perf-against", "HEAD",
-                                      timeout=120)
+    both = suite.runpytest_inprocess(*ARGS, f"--perf-against-python={sys.executable}", "--perf-against", "HEAD")
     assert both.ret == pytest.ExitCode.USAGE_ERROR
     both.stderr.fnmatch_lines(["*--perf-against and --perf-against-python each name the reference side*"])

@@ -13,7 +13,7 @@ import pytest
 from bisect_runs import comparisons, scratch_env, verdicts
 from sleeper_repo import SLEEPER, SUITE, git, init, worktrees
 
-from perfgate.bisect.commits import BisectUsageError, Commit
+from perfgate.bisect.commits import BisectUsageError, Commit, first_parent_range
 from perfgate.bisect.driver import Bisect
 from perfgate.bisect.search import BAD, GOOD, SKIP, UNKNOWN, Measured, Search, Step, classify
 from perfgate.bisect.session import Outcome
@@ -76,18 +76,6 @@ def test_the_commit_that_doubled_the_step_is_named_within_log2_n_plus_2_comparis
     assert worktrees(repo) == [f"worktree {repo}"], "every worktree is removed"
 
 
-def test_a_range_with_no_slowdown_blames_nothing(history):
-    repo, shas = history
-    done = bisect(repo, shas[0], shas[3])
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
-    assert "sleeper-sleep-cpu: no slowdown between GOOD and BAD: fastest_step_samples_per_second" in output
-    assert "steady-same-cpu: no slowdown between GOOD and BAD" in output
-    assert "first bad commit" not in output
-    assert verdicts(output) == 1
-    assert worktrees(repo) == [f"worktree {repo}"]
-
-
 @pytest.mark.parametrize("good, bad, message", [
     ("no-such-ref", "HEAD", "no-such-ref: no such revision here"),
     ("HEAD", "HEAD~3", "is not an ancestor of BAD"),
@@ -95,16 +83,22 @@ def test_a_range_with_no_slowdown_blames_nothing(history):
 ])
 def test_unknown_refs_and_a_backwards_range_are_usage_errors(history, good, bad, message):
     repo, _ = history
-    done = bisect(repo, good, bad, timeout=60)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
-    assert verdicts(done.stdout) == 0
+    with pytest.raises(BisectUsageError, match=message):
+        first_parent_range(repo, good, bad)
 
 
 def test_a_dirty_tree_is_a_usage_error(history):
     repo, shas = history
     (repo / "sleeper.py").write_text("# edited\n")
-    done = bisect(repo, shas[0], shas[8], timeout=60)
-    assert done.returncode == 2 and "uncommitted changes" in done.stderr, done.stderr
+    with pytest.raises(BisectUsageError, match="uncommitted changes"):
+        first_parent_range(repo, shas[0], shas[8])
+
+
+def test_a_usage_error_ends_the_command_with_status_2_before_any_verdict(history):
+    repo, _ = history
+    done = bisect(repo, "no-such-ref", "HEAD", timeout=60)
+    assert done.returncode == 2 and "perfgate bisect: error: no-such-ref: no such revision here" in done.stderr
+    assert verdicts(done.stdout) == 0 and worktrees(repo) == [f"worktree {repo}"]
 
 
 def test_an_interrupted_bisect_leaves_no_worktree_and_no_process(history):
@@ -239,3 +233,22 @@ def test_a_timeout_counts_as_slow_and_a_crashing_bad_is_a_usage_error():
     broken, _ = fake_bisect([fast, fast, "crashed"])
     with pytest.raises(BisectUsageError, match="GOOD or BAD itself does not run"):
         broken.ends()
+
+
+def test_a_range_with_no_slowdown_blames_nothing_in_one_verdict():
+    bisect, sessions = fake_bisect([(0.0, 0.01), (0.01, 0.01), (-0.005, 0.01)])
+    searches, lines, answered = bisect.ends()
+    assert not searches and answered
+    assert lines == ["case: no slowdown between GOOD and BAD: fastest_step_samples_per_second -0.5% [CI -1.5%..+0.5%]"]
+    assert len(sessions.calls) == 1
+
+
+def test_a_midpoint_that_does_not_run_is_skipped_and_the_culprit_still_named_within_log2_n_plus_2_verdicts():
+    """As git bisect skip does: commit 6 crashes, after the culprit 5."""
+    fast, slow = (0.0, 0.01), (-0.5, 0.01)
+    bisect, _ = fake_bisect([fast, fast, fast, fast, fast, slow, "crashed", slow, slow])
+    searches, _, answered = bisect.ends()
+    bisect.search(searches[0], [])
+    assert searches[0].culprit == 5 and answered
+    assert searches[0].search.classes[6] == SKIP
+    assert bisect.verdicts <= math.ceil(math.log2(8)) + 2

@@ -555,3 +555,16 @@ def test_ab_judges_the_cpu_clock_with_the_ab_tolerance_and_the_wall_clock_with_t
     checker, candidate = session(steady, more_work)
     with pytest.raises(CaseFailed, match=r"cpu_seconds_per_sample .*\+4\.0%"):
         checker.check()
+
+
+def test_an_a_b_reference_from_before_the_cpu_clock_is_judged_on_the_wall_clock_saying_what_was_left_out(tmp_path):
+    """The reference revision's records carry no CPU time, as perfgate's did before the CPU clock."""
+    plan = make_plan(tmp_path, gated=(METRIC, CPU))
+    gate, candidate, _ = ab_gate(plan, [{METRIC: 100.0}, {METRIC: 101.0}],
+                                 [{METRIC: 100.5, CPU: 0.02}, {METRIC: 100.0, CPU: 0.02}])
+    with pytest.warns(UngatedMetricWarning, match=r"cpu_seconds_per_sample not gated: its reference \(main "
+                                                  r"\(0123456789ab\), measured beside it in .*\) has none \(it is from "
+                                                  r"before the metric\); it is gated against a reference revision"):
+        assert gate.check()["verdict"] == "pass"
+    assert [row["metric"] for row in candidate.result["metrics"]] == [METRIC]
+    assert candidate.result["ungated"][0]["metric"] == CPU

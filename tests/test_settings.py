@@ -34,6 +34,8 @@ def test_help_lists_every_option_with_its_text(pytester):
         (["--perf-ab-resolve", "0.05"], "--perf-ab-resolve is about the pairs of --perf-against(-python); without it"),
         (["--perf-against", "HEAD", "--perf-ab-resolve", "0"], "invalid value for --perf-ab-resolve (command line): "
                                                                "must be a slowdown above 0, such as 0.05 for 5 %"),
+        (["--perf-against", "HEAD", "--update-baselines"], "--perf-against measures a reference side instead of using "
+                                                            "baselines; it cannot be combined with --update-baselines"),
         (["--perf-ab-duet"], "--perf-ab-duet launches the two sides of each pair of --perf-against(-python) at once; "
                              "without it there are no pairs"),
         (["--perf-against", "HEAD", "--perf-ab-duet", "--launcher", "slurm"], "--launcher slurm would start two jobs at "

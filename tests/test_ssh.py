@@ -7,7 +7,7 @@ import signal
 
 import pytest
 import ssh_server
-from multinode import (OTHER, WORKLOAD_CASES, check_each_rank_wrote_its_stack, check_reference_side_under_other,
+from multinode import (NODE_LOCAL_CASES, OTHER, check_each_rank_wrote_its_stack, check_reference_side_under_other,
                        interrupt_mid_run, launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
 from pace import launch_start_bound_s
 
@@ -95,15 +95,9 @@ def test_ctrl_c_to_pytest_ends_the_run_on_every_host(suite, server):
     assert leftover_processes(str(basetemp)) == []
 
 
-NODE_LOCAL_CASES = tuple(case for case in WORKLOAD_CASES if "unet3d" in case or "own_script" in case)
-"""The workloads whose launch over ssh differs from the toy job's: the U-Net writes its volume into each node's temp
-dir, and the own script starts under perfgate's wrapper. ResNet-50 and OpenCLIP launch as the toy job does; every
-workload runs on two nodes through slurm (tests/test_slurm.py)."""
-
-
 def test_the_node_local_workloads_run_on_two_hosts_with_their_own_temp_dirs(server, tmp_path):
     """Each host's TMPDIR is its own, as on a cluster: the U-Net's volume must be written on each node."""
-    session = run_workloads(options(server)[:5], tmp_path, cases=NODE_LOCAL_CASES)
+    session = run_workloads(options(server)[:5], tmp_path, NODE_LOCAL_CASES)
     assert session.returncode == 0, session.stdout[-6000:] + session.stderr[-2000:]
     assert f"{len(NODE_LOCAL_CASES)} passed" in session.stdout
     for tmpdir in server.tmpdirs.values():
