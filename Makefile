@@ -1,5 +1,6 @@
 # make perf: the perf suite on this machine (CPU flavour without a GPU), reports in results/. make test: the harness's tests
-# (two xdist workers, then the serial-marked ones alone).
+# (two xdist workers, then the serial-marked ones alone). make test-unit: the unit tests alone (no process launched), the
+# inner loop while changing perfgate.
 # make baselines: measure and write this machine's baselines of the default cases, for review (nothing is committed).
 # make test-floor: the workload smoke tests and one gate case on the oldest supported torch (CI runs it too).
 # make test also makes .venv-other, .venv with an older open_clip layered on top, the reference environment of the
@@ -17,7 +18,7 @@ OTHER_STAMP := $(OTHER_VENV)/.perfgate-installed
 PURELIB := import sysconfig; print(sysconfig.get_path("purelib"))
 PYTEST_ARGS ?=
 
-.PHONY: perf baselines test test-floor docs venv clean
+.PHONY: perf baselines test test-unit test-floor docs venv clean
 
 venv: $(STAMP)
 
@@ -69,6 +70,10 @@ test: $(STAMP) $(OTHER_STAMP)
 	$(BIN)/python -m pytest tests -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
 	$(BIN)/python -m pytest tests -m serial $(PYTEST_ARGS); alone=$$?; \
 	for code in $$parallel $$alone; do [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code; done
+
+# The tests that start no process (no torchrun, pytest session, CLI run or server): a minute or two.
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests -n 2 -m "not launches and not serial" $(PYTEST_ARGS)
 
 test-floor: $(FLOOR_STAMP)
 	$(FLOOR_VENV)/bin/python -m pytest tests -m floor $(PYTEST_ARGS)

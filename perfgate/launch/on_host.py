@@ -4,7 +4,8 @@
 it on every host after each launch, since an ssh client's death does not reach a remote process without a
 terminal. ``--stacks TAG`` asks the run's processes of one node on this host for their Python stacks
 (launch.hang_stacks) before a hung run is ended, and prints how many processes it found, asked and saw write them;
-the ssh launcher runs it over ssh, the slurm launcher as a step beside the hung one. Processes are found by the run's tag in their environment.
+the ssh launcher runs it over ssh, the slurm launcher as a step beside the hung one. Processes are found by the run's
+tag in their environment.
 """
 
 from __future__ import annotations
