@@ -43,6 +43,7 @@ def run(pytester, *args):
     return pytester.runpytest_subprocess(*ARGS, *args, timeout=300)
 
 
+@pytest.mark.launches
 def test_the_same_code_on_both_sides_passes_and_the_summary_names_both_commits(repo):
     head = git(repo.path, "rev-parse", "HEAD")
     result = run(repo, "--perf-against", "HEAD", "-k", "sleep")
@@ -60,6 +61,7 @@ def test_the_same_code_on_both_sides_passes_and_the_summary_names_both_commits(r
 
 
 @pytest.mark.parametrize("duet", [[], ["--perf-ab-duet"]], ids=["in-turn", "duet"])
+@pytest.mark.launches
 def test_sigterm_during_a_reference_launch_ends_the_session_and_removes_the_reference_checkout(repo, tmp_path, duet):
     """CI cancels a job with SIGTERM; the reference's worktree must not outlive the session, nor, under duet, the
     launch running beside the reference's in another thread."""
@@ -86,6 +88,7 @@ def measured_span(run_dir):
     return steps[0].t - steps[0].step_s, steps[-1].t
 
 
+@pytest.mark.launches
 def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
     """--perf-ab-duet: a slow spell of the host must fall on both sides, so their measured steps must coincide. The
     two launches may start as far apart as a torch import takes here: 14 measured steps span seven of those."""
@@ -116,6 +119,7 @@ def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
             assert launch["metrics"]["measured_steps"] == len(inside) >= 2
 
 
+@pytest.mark.launches
 def test_under_duet_a_side_that_crashes_stops_the_other_and_is_what_the_case_reports(repo):
     repo.makepyfile(sleeper="import sys\nsys.exit('planted crash of the reference')\n")
     git(repo.path, "commit", "-qam", "a reference that crashes")
@@ -211,6 +215,7 @@ def test_a_duet_side_is_measured_again_on_the_span_or_fails_saying_so_where_too_
         side.measure_within((0.0, 3.0))
 
 
+@pytest.mark.launches
 def test_a_commit_twice_as_slow_fails_against_its_parent(repo):
     result = run(repo, "--perf-against", "HEAD~1", "-k", "sleep")
     result.assert_outcomes(failed=1)
@@ -218,6 +223,7 @@ def test_a_commit_twice_as_slow_fails_against_its_parent(repo):
                                  "*baseline: HEAD~1 (*), measured beside it in *reference"])
 
 
+@pytest.mark.launches
 def test_a_planted_slowdown_goes_into_the_candidate_only(repo):
     result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-inject-slowdown", "1")
     result.assert_outcomes(failed=1)
@@ -226,6 +232,7 @@ def test_a_planted_slowdown_goes_into_the_candidate_only(repo):
     assert "--inject-slowdown 1.0" in stored["command"]
 
 
+@pytest.mark.launches
 def test_a_case_the_reference_lacks_is_skipped_as_new(repo):
     result = run(repo, "--perf-against", "HEAD~1", "-k", "new")
     result.assert_outcomes(skipped=1)
@@ -253,6 +260,7 @@ def test_a_refused_reference_is_a_usage_error_before_any_case_runs(repo):
     assert worktrees(repo.path) == [f"worktree {repo.path}"]
 
 
+@pytest.mark.launches
 def test_the_unchanged_build_passes_a_b_beside_two_busy_processes(pytester):
     """A loaded CI runner: the real tiny OpenCLIP on 2 gloo ranks, A/B of HEAD against HEAD, while two processes keep
     both cores busy; the pairs must not read the load as a regression.

@@ -10,6 +10,8 @@ from sleeper_repo import ARGS, SLEEPER, SUITE, result_of
 
 from conftest import REPO
 
+pytestmark = pytest.mark.launches
+
 NEEDS_NEW_OPEN_CLIP = ("import open_clip\n"
                        "if open_clip.__version__ != '3.3.0':\n"
                        "    raise SystemExit(f'needs open_clip 3.3.0, found {open_clip.__version__}')\n")

@@ -6,8 +6,11 @@ import sys
 import textwrap
 
 import psutil
+import pytest
 
 from background_load import REPO
+
+pytestmark = pytest.mark.launches
 
 
 def test_busy_processes_end_with_an_owner_killed_without_cleanup(tmp_path):

@@ -56,6 +56,7 @@ def bisect(repo, *args, timeout=900):
                           cwd=repo, capture_output=True, text=True, timeout=timeout, env=scratch_env(repo))
 
 
+@pytest.mark.launches
 def test_the_commit_that_doubled_the_step_is_named_within_log2_n_plus_2_comparisons_skipping_one_that_crashes(history):
     repo, shas = history
     done = bisect(repo, shas[0], shas[8], "--perf-report", str(repo.parent / "report"))
@@ -94,6 +95,7 @@ def test_a_dirty_tree_is_a_usage_error(history):
         first_parent_range(repo, shas[0], shas[8])
 
 
+@pytest.mark.launches
 def test_a_usage_error_ends_the_command_with_status_2_before_any_verdict(history):
     repo, _ = history
     done = bisect(repo, "no-such-ref", "HEAD", timeout=60)
@@ -101,6 +103,7 @@ def test_a_usage_error_ends_the_command_with_status_2_before_any_verdict(history
     assert verdicts(done.stdout) == 0 and worktrees(repo) == [f"worktree {repo}"]
 
 
+@pytest.mark.launches
 def test_an_interrupted_bisect_leaves_no_worktree_and_no_process(history):
     repo, shas = history
     running = subprocess.Popen([sys.executable, "-m", "perfgate.cli", "bisect", shas[0], shas[8], *ARGS,

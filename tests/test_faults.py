@@ -20,6 +20,8 @@ from pace import launch_start_bound_s, most_past_a_bound_s
 
 from conftest import REPO, leftover_processes
 
+pytestmark = pytest.mark.launches
+
 WORKLOAD = REPO / "workloads" / "unet3d_train.py"
 SUITE = f"""
 from perfgate import Case, Flavour, parametrize

@@ -10,8 +10,9 @@ import torch
 from conftest import REPO, leftover_processes
 from fault_session import pytest_args, results_of
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="no CUDA GPU visible: these cases need a real device to run out of memory")
+pytestmark = [pytest.mark.launches,
+              pytest.mark.skipif(not torch.cuda.is_available(),
+                                 reason="no CUDA GPU visible: these cases need a real device to run out of memory")]
 
 WORKLOAD = REPO / "workloads" / "resnet50_train.py"
 SUITE = f"""

@@ -13,8 +13,9 @@ from conftest import REPO, leftover_processes
 from perfgate.records.host_wait import BLOCKING
 from fault_session import baseline_files, pytest_args, results_of
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="no CUDA GPU visible: how the host waits for a device needs a real one")
+pytestmark = [pytest.mark.launches,
+              pytest.mark.skipif(not torch.cuda.is_available(),
+                                 reason="no CUDA GPU visible: how the host waits for a device needs a real one")]
 
 WORKLOAD = REPO / "workloads" / "resnet50_train.py"
 SUITE = f"""

@@ -347,9 +347,6 @@ def test_records_carry_what_was_planted_and_the_metrics_what_the_window_applied(
     planted = sum(s.planted_s for s in window)
     unplanted = sum(s.step_s for s in window) - planted
     assert compute(records, warmup=1).planted_fraction == pytest.approx(planted / unplanted)
-    # Over the whole run the plants hold at least F: a busy wait that overran its deadline is taken off the next
-    # plant, never more (under load the overrun of a warm-up step may be taken off the window's first plants).
-    assert compute(records, warmup=0).planted_fraction >= 0.24
     unplanted = StepRecorder(tmp_path / "none.jsonl", device_type="cpu")
     unplanted.begin()
     unplanted.end_step(0, samples=1, data_s=0.0, lr=None, scalars={"loss": torch.zeros(())})

@@ -62,6 +62,7 @@ def test_a_taken_port_is_never_picked():
         assert free_port(range(taken, taken + 1)) != taken
 
 
+@pytest.mark.launches
 def test_successful_run_keeps_agent_and_rank_logs(tmp_path, no_leftovers):
     result = launch(spec(tmp_path, "ok"))
     assert len(result.agent_logs) == 1
@@ -69,12 +70,14 @@ def test_successful_run_keeps_agent_and_rank_logs(tmp_path, no_leftovers):
     assert sorted(p.parent.name for p in (tmp_path / "run" / "node0").glob("*/attempt_0/*/stdout.log")) == ["0", "1"]
 
 
+@pytest.mark.launches
 def test_two_agents_meet_through_c10d_rendezvous(tmp_path, no_leftovers):
     result = launch(spec(tmp_path, "ok", nodes=2))
     text = "".join(log.read_text() for log in result.agent_logs)
     assert {f"rank {r}/4 sum 4" for r in range(4)} <= {line.split("]:")[-1].strip() for line in text.splitlines()}
 
 
+@pytest.mark.launches
 def test_crashed_rank_is_named_with_exit_code_and_its_log_tail(tmp_path, no_leftovers):
     with pytest.raises(LaunchFailed) as failure:
         launch(spec(tmp_path, "crash"))
@@ -85,12 +88,14 @@ def test_crashed_rank_is_named_with_exit_code_and_its_log_tail(tmp_path, no_left
     assert failure.value.commands[0][:3] == (sys.executable, "-m", "torch.distributed.run")
 
 
+@pytest.mark.launches
 def test_killed_rank_reports_the_signal(tmp_path, no_leftovers):
     with pytest.raises(LaunchFailed, match="rank 1 .* failed: killed by signal SIGKILL") as failure:
         launch(spec(tmp_path, "sigkill"))
     assert failure.value.kind == "crashed"
 
 
+@pytest.mark.launches
 def test_hang_times_out_and_kills_the_whole_tree(tmp_path, no_leftovers):
     """The timeout comes once the ranks surely run here: before that, a hang is a rendezvous that never completed."""
     timeout_s = round(launch_start_bound_s())
@@ -101,6 +106,7 @@ def test_hang_times_out_and_kills_the_whole_tree(tmp_path, no_leftovers):
     assert time.monotonic() - started < timeout_s + most_past_a_bound_s()
 
 
+@pytest.mark.launches
 def test_ctrl_c_kills_the_run(tmp_path, no_leftovers):
     def interrupt(elapsed):
         if leftover_processes(str(tmp_path)) and elapsed > 4:
@@ -110,6 +116,7 @@ def test_ctrl_c_kills_the_run(tmp_path, no_leftovers):
         launch(spec(tmp_path, "hang"), on_poll=interrupt)
 
 
+@pytest.mark.launches
 def test_missing_script_is_a_clear_failure(tmp_path, no_leftovers):
     bad = LaunchSpec(entry=[str(tmp_path / "nope.py")], workdir=tmp_path / "run", procs_per_node=1, timeout_s=60)
     with pytest.raises(LaunchFailed, match="rank 0 .* failed: exit code 2") as failure:
@@ -154,6 +161,7 @@ def test_a_failed_ranks_last_lines_classify_the_failure(last_lines, kind):
     assert failure_kind(last_lines) == kind
 
 
+@pytest.mark.launches
 def test_a_rendezvous_that_cannot_start_is_a_setup_error(tmp_path, monkeypatch, no_leftovers):
     """Something else holds the rendezvous port: the agent cannot host the c10d store and no rank runs."""
     import socket
@@ -264,6 +272,7 @@ def test_the_nccl_watchdog_ending_a_collective_is_a_hang_not_a_crash(tmp_path):
                                                "local rank 0) failed: killed by signal SIGABRT.")
 
 
+@pytest.mark.launches
 def test_a_run_that_hangs_after_its_work_is_done_is_killed_after_the_teardown_bound(tmp_path, no_leftovers):
     """on_poll says when the run's work is done (the plugin: its end record was seen); a teardown that hangs then
     costs teardown_s, not the whole timeout."""

@@ -95,6 +95,7 @@ def test_cli_rejects_unknown_log_format(seed_log, capsys):
     assert "invalid choice: 'tensorboard'" in capsys.readouterr().err
 
 
+@pytest.mark.launches
 def test_console_script_is_installed(seed_log):
     script = Path(sys.executable).parent / "perfgate"
     if not script.exists():

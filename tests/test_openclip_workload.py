@@ -72,6 +72,7 @@ def test_adamw_groups_exclude_gains_biases_and_logit_scale_from_decay(workload):
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-6
 
 
+@pytest.mark.launches
 def test_adaptive_length_stops_all_ranks_once_the_interval_is_tight(tmp_path, no_leftovers):
     from perfgate.launch.local import launch
     from perfgate.launch.spec import LaunchSpec

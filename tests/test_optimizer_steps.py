@@ -10,6 +10,8 @@ import pytest
 
 from conftest import REPO, leftover_processes
 
+pytestmark = pytest.mark.launches
+
 OWN_SCRIPT = REPO / "tests" / "own_script"
 INSTRUMENT = [sys.executable, "-m", "perfgate.measure.instrument"]
 

@@ -8,6 +8,8 @@ from background_load import training_job
 
 from conftest import REPO
 
+pytestmark = pytest.mark.launches
+
 WORKLOAD = REPO / "workloads" / "openclip_train.py"
 SUITE = f"""
 from perfgate import Case, Flavour, parametrize

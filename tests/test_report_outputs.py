@@ -57,6 +57,7 @@ def results():
             result("x-ddp2-cpu", family="x-ddp", world_size=2, step_s=0.06)]
 
 
+@pytest.mark.launches
 def test_perf_json_loads_in_pytest_benchmark_and_compares(tmp_path, results):
     from pytest_benchmark.logger import Logger
     from pytest_benchmark.storage.file import FileStorage

@@ -19,6 +19,8 @@ from pace import launch_start_bound_s
 
 from conftest import leftover_processes
 
+pytestmark = pytest.mark.launches
+
 CLASS = "slurm-two-nodes"
 ARGS = ["--launcher", "slurm", "--nodes", "2", "--baseline-dir", "b", "--hardware-class", CLASS,
         "-p", "no:cacheprovider", "--perf-repeats", "1", "--perf-max-repeats", "2"]

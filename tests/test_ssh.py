@@ -13,6 +13,8 @@ from pace import launch_start_bound_s
 
 from conftest import leftover_processes
 
+pytestmark = pytest.mark.launches
+
 CLASS = "ssh-two-hosts"
 
 

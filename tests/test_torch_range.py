@@ -101,6 +101,7 @@ SMOKE = {
 
 
 @pytest.mark.parametrize("workload", SMOKE)
+@pytest.mark.launches
 def test_every_workload_trains_with_ddp_knobs_on(tmp_path, no_leftovers, workload):
     script, *args = SMOKE[workload]
     if workload == "unet3d":

@@ -109,6 +109,7 @@ def test_a_foreign_or_corrupt_database_is_refused_and_left_as_it_was(tmp_path):
     assert corrupt.read_bytes() == before
 
 
+@pytest.mark.launches
 def test_trend_on_a_database_that_is_not_there_says_so_and_creates_nothing(tmp_path):
     missing = tmp_path / "typo.db"
     done = subprocess.run([sys.executable, "-m", "perfgate.cli", "trend", "--history", str(missing)],
@@ -189,6 +190,7 @@ def new_database(request, tmp_path):
     return request.getfixturevalue("postgres").new_database(f"fresh_{uuid.uuid4().hex[:12]}")
 
 
+@pytest.mark.launches
 def test_an_older_schema_is_migrated_once_by_sessions_opening_it_at_once_and_keeps_its_results(new_database):
     schema_1(new_database)
     concurrent_writers(new_database)
@@ -255,6 +257,7 @@ def concurrent_writers(url, writers=4, each=25):
         assert sorted(p.value for p in points if p.case == f"writer{writer}-cpu") == [float(n) for n in range(each)]
 
 
+@pytest.mark.launches
 def test_sessions_writing_at_once_lose_nothing(tmp_path):
     concurrent_writers(str(tmp_path / "history.db"))
 
@@ -283,6 +286,7 @@ def store_baseline(repo):
 
 
 @pytest.mark.serial
+@pytest.mark.launches
 def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_fourth(repo):
     store_baseline(repo)
     history = repo.path / "results" / "history.db"
@@ -319,6 +323,7 @@ def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_f
     assert {row[6] for row in rows} == {"1"}, "the Case's workload version"
 
 
+@pytest.mark.launches
 def test_two_sessions_at_once_one_of_them_with_xdist_workers_keep_every_result(pytester):
     """Two CI jobs on one runner, one of them split over xdist workers (whose results its controller keeps), start
     on a new database together."""
@@ -354,10 +359,12 @@ def postgres():
         server.stop()
 
 
+@pytest.mark.launches
 def test_postgres_keeps_results_and_sessions_writing_at_once_lose_nothing(postgres):
     concurrent_writers(postgres.url())
 
 
+@pytest.mark.launches
 def test_postgres_takes_the_password_from_pgpassword(postgres, monkeypatch):
     monkeypatch.setenv("PGPASSWORD", postgres.password)
     database = ResultsDatabase(postgres.url(password=False))
@@ -365,6 +372,7 @@ def test_postgres_takes_the_password_from_pgpassword(postgres, monkeypatch):
     database.close()
 
 
+@pytest.mark.launches
 def test_postgres_takes_the_password_from_a_pgpass_file(postgres, monkeypatch, tmp_path):
     """libpq reads ~/.pgpass, or the file PGPASSFILE names (which must not be readable by others)."""
     monkeypatch.delenv("PGPASSWORD", raising=False)
@@ -380,6 +388,7 @@ def test_postgres_takes_the_password_from_a_pgpass_file(postgres, monkeypatch, t
         ResultsDatabase(postgres.url(password=False)).record([result(case="pgpass-cpu")], CONTEXT)
 
 
+@pytest.mark.launches
 def test_a_session_never_shows_the_password_and_an_unreachable_database_leaves_the_verdict(repo, postgres):
     store_baseline(repo)
     kept = repo.runpytest_subprocess(*ARGS, f"--perf-history={postgres.url()}", "--junitxml=junit.xml",

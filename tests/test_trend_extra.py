@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.floor,
+pytestmark = [pytest.mark.floor, pytest.mark.launches,
               pytest.mark.skipif(importlib.util.find_spec("sqlalchemy") is not None,
                                  reason="SQLAlchemy is installed here; .venv-floor (make test-floor) has none")]
 

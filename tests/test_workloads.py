@@ -39,6 +39,7 @@ def assert_trained(records, steps):
     assert records.start["host_wait"] == "not a GPU run"
 
 
+@pytest.mark.launches
 def test_resnet50_trains_on_two_gloo_ranks(tmp_path, no_leftovers):
     records = train(tmp_path, "resnet50_train.py", "--image-size", "32", "--batch-size", "4", "--steps", "4",
                     "--workers", "1", "--precision", "fp32", "--benchy-steps", "2")
@@ -46,6 +47,7 @@ def test_resnet50_trains_on_two_gloo_ranks(tmp_path, no_leftovers):
     assert records.start["model"] == "resnet50-v1.5" and records.start["parameters"] == 25_557_032
 
 
+@pytest.mark.launches
 def test_bare_timing_records_no_steps_only_the_window_after_warmup(tmp_path, no_leftovers):
     """--timing bare is benchmarks/harness_overhead.py's yardstick: nothing per step, one figure."""
     records = train(tmp_path, "resnet50_train.py", "--image-size", "32", "--batch-size", "4", "--steps", "6",
@@ -57,6 +59,7 @@ def test_bare_timing_records_no_steps_only_the_window_after_warmup(tmp_path, no_
 
 
 @pytest.mark.parametrize("loader", ["torch", pytest.param("dali", marks=needs_dali)])
+@pytest.mark.launches
 def test_unet3d_trains_on_two_gloo_ranks(tmp_path, no_leftovers, loader):
     records = train(tmp_path, "unet3d_train.py", "--base-channels", "4", "--batch-size", "1", "--volume", "64",
                     "--steps", "4", "--workers", "1", "--loader", loader, "--benchy-steps", "2",
