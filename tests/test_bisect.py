@@ -13,7 +13,7 @@ import pytest
 from bisect_runs import comparisons, scratch_env, verdicts
 from sleeper_repo import SLEEPER, SUITE, git, init, worktrees
 
-from perfgate.bisect.commits import BisectUsageError, Commit, first_parent_range
+from perfgate.bisect.commits import BisectUsageError, Commit, Worktrees, first_parent_range
 from perfgate.bisect.driver import Bisect
 from perfgate.bisect.search import BAD, GOOD, SKIP, UNKNOWN, Measured, Search, Step, classify
 from perfgate.bisect.session import Outcome
@@ -255,3 +255,15 @@ def test_a_midpoint_that_does_not_run_is_skipped_and_the_culprit_still_named_wit
     assert searches[0].culprit == 5 and answered
     assert searches[0].search.classes[6] == SKIP
     assert bisect.verdicts <= math.ceil(math.log2(8)) + 2
+
+
+def test_a_commit_measured_twice_reuses_its_worktree_and_close_removes_every_one(history, tmp_path):
+    """The culprit is measured against GOOD, then against its parent, in the one checkout."""
+    repo, shas = history
+    commits = first_parent_range(repo, shas[0], shas[2])
+    trees = Worktrees(repo, tmp_path / "scratch")
+    first = trees.get(commits[2])
+    assert trees.get(commits[2]) == first and (first / "sleeper.py").is_file()
+    assert trees.get(commits[1]) != first
+    trees.close()
+    assert worktrees(repo) == [f"worktree {repo}"] and not (tmp_path / "scratch").exists()

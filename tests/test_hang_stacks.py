@@ -151,3 +151,24 @@ def test_a_hangs_message_says_where_its_stacks_are_or_why_there_are_none(tmp_pat
                                             "stack dump")
     assert "were still starting" in said(Stacks(3, 0, 0))
     assert with_stacks(HUNG, Stacks(), tmp_path) is HUNG, "no process found: nothing to say"
+
+
+def test_a_process_writing_to_a_pipe_is_asked_unobserved_and_this_process_is_never_asked(tmp_path):
+    """A stderr that is no file cannot be watched: its process is asked, given UNSEEN_S, and not counted as written."""
+    piped = subprocess.Popen([sys.executable, "-c", HANGS.format(register="tell_stacks_on_request()", fork=False)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert piped.stdout.readline().strip() == "ready"
+        assert hang_stacks.size_of(hang_stacks.stderr_of(piped.pid)) is None
+        assert request_stacks([piped.pid, os.getpid()]) == Stacks(processes=1, asked=1, wrote=0)
+    finally:
+        piped.kill()
+        piped.communicate()
+    assert hang_stacks.size_of(str(tmp_path / "absent.log")) is None
+
+
+def test_the_hosts_counts_add_up_and_lines_that_are_not_counts_are_passed_over():
+    said = "3 2 2\nWarning: Permanently added '127.0.0.2' to the list of known hosts.\n2 2 1\n"
+    assert Stacks.from_lines(said) == Stacks(processes=5, asked=4, wrote=3)
+    assert Stacks.from_lines("") == Stacks()

@@ -5,7 +5,7 @@ import textwrap
 import time
 
 import pytest
-from pace import launch_start_bound_s, most_past_a_bound_s
+from pace import launch_start_bound_s, most_past_a_bound_s, wait_until
 
 from conftest import leftover_processes
 from perfgate.launch.agents import ephemeral_range, free_port, port_share
@@ -140,6 +140,44 @@ def test_leftover_detector_sees_a_stray_tagged_process(tmp_path):
     finally:
         stray.kill()
         stray.wait()
+
+
+IGNORES_SIGTERM = ("import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+                   "time.sleep(600)\n")
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_and_its_agent_reaped(tmp_path, monkeypatch):
+    """A rank stuck with SIGTERM ignored (a C extension's handler, a stuck teardown) gets SIGKILL after the grace."""
+    import os
+    import subprocess
+    import sys
+
+    from perfgate.launch import agents
+
+    monkeypatch.setattr(agents, "KILL_GRACE_S", 0.5)
+    stubborn = subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PERFGATE_RUN_ID": "stubborn"})
+    assert stubborn.stdout.readline().strip() == "ready"
+    agents.kill_run([stubborn], "stubborn")
+    assert stubborn.returncode == -9 and agents.run_processes("stubborn") == []
+
+
+def test_a_zombie_has_exited_and_is_not_waited_for(tmp_path):
+    """A rank whose parent has not reaped it yet: waiting for it to go would take the whole grace."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from perfgate.launch.agents import wait_gone
+
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    process = psutil.Process(exited.pid)
+    wait_until(lambda: process.status() == psutil.STATUS_ZOMBIE, "the child is a zombie")
+    started = time.monotonic()
+    assert wait_gone([process], timeout_s=60) == []
+    assert time.monotonic() - started < 30, "returned at once, not at the 60 s timeout"
+    exited.wait()
 
 
 WATCHDOG = ("[rank1]:[E1124 06:01:02.123456 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "

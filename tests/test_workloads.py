@@ -135,6 +135,17 @@ def check_crops(pairs):
     assert len(orientations) >= 4, f"augmentation hardly varies the samples: {orientations}"
 
 
+def test_the_volume_is_written_whole_once_and_then_reused(unet3d, tmp_path):
+    """Nodes that share a directory may write it at once: each file appears by a rename, and a second call keeps it."""
+    inputs, targets = unet3d.write_volume(tmp_path / "vol", side=16, seed=0)
+    volume, target = np.load(inputs), np.load(targets)
+    assert volume.shape == (4, 16, 16, 16) and target.shape == (5, 16, 16, 16)
+    assert np.allclose(target[:4], np.tanh(volume)) and not list((tmp_path / "vol").glob("*.partial.npy"))
+    written = inputs.stat().st_mtime_ns
+    assert unet3d.write_volume(tmp_path / "vol", side=16, seed=0) == (inputs, targets)
+    assert inputs.stat().st_mtime_ns == written
+
+
 def test_torch_loader_crops_rotate_and_flip_input_and_target_alike(unet3d, ramp_volume):
     dataset = unet3d.RandomCrops(ramp_volume, num_samples=24, seed=0)
     check_crops((inp.numpy(), tar.numpy()) for inp, tar in (dataset[i] for i in range(24)))
