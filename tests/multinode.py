@@ -103,12 +103,12 @@ def interrupt_mid_run(pytester, args, sig):
 
 NODE_LOCAL_CASES = (
     "tests_perf/test_unet3d.py::test_unet3d[fp32-torch-w1-bucket25-cpu]",
-    "tests_perf/test_unet3d.py::test_unet3d[fp32-dali-w1-bucket25-cpu]",
     "tests/own_script/own_cases.py::test_own_script[mlp-cpu]",
 )
-"""The workloads whose launch on two nodes differs from the toy job's: the U-Net (with the torch loader and with DALI)
-writes its volume into each node's temp dir, and an unmodified script starts under OptimizerSteps' wrapper. ResNet-50
-and OpenCLIP launch as the toy job does; every workload runs on the local launcher in test_workloads."""
+"""The workloads whose launch on two nodes differs from the toy job's: the U-Net writes its volume into each node's
+temp dir, and an unmodified script starts under OptimizerSteps' wrapper. ResNet-50, OpenCLIP and the U-Net's DALI
+loader (which reads the same volume) launch as the toy job does; every workload runs on the local launcher in
+test_workloads."""
 
 
 def run_workloads(launcher_args, into, cases, env=None):
