@@ -169,8 +169,9 @@ def wait_gone(procs: Sequence[psutil.Process], timeout_s: float) -> list[psutil.
 
 
 def still_running(proc: psutil.Process) -> bool:
+    """Alive and not a zombie; is_running also tells a pid the kernel gave to a new process since."""
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
