@@ -91,11 +91,11 @@ def measured_span(run_dir):
 @pytest.mark.launches
 def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
     """--perf-ab-duet: a slow spell of the host must fall on both sides, so their measured steps must coincide. The
-    two launches may start as far apart as a torch import takes here: 14 measured steps span seven of those."""
+    two launches may start as far apart as a torch import takes here: 6 measured steps span three of those."""
     repo.makepyfile(sleeper=SLEEPER.format(step_s=max(0.5, python_start_s() / 2)))
     git(repo.path, "commit", "-qam", "steps long enough to overlap")
     result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-ab-duet", "--perf-max-repeats", "2",
-                 "--perf-steps", "16")
+                 "--perf-steps", "8")
     result.assert_outcomes(passed=1)
     assert result_of(repo, "sleep")["duet"] is True
     candidate_dir = max(repo.path.glob("**/test_case_sleep_cpu_0"), key=lambda p: p.stat().st_mtime)

@@ -5,6 +5,7 @@ from xml.etree import ElementTree
 
 import pytest
 from background_load import training_job
+from replay_launcher import replay_in_sessions
 
 from conftest import REPO
 
@@ -57,12 +58,11 @@ def scale(baseline, metric, factor):
     entry["runs"] = [v * factor for v in entry["runs"]]
 
 
-@pytest.mark.serial
 @pytest.mark.floor
-def test_missing_baseline_update_pass_and_regression(suite):
-    """A loaded CI runner's update read 74 samples/s and its gate 113: launches can differ 1.5x. So the gate runs
-    with the stored tolerance widened to 75 % (an unchanged build passes even 1.5x slower), and the regression's
-    baseline is twenty times as good as the update measured (missed only by a gate five times faster)."""
+def test_missing_baseline_update_pass_and_regression(suite, monkeypatch):
+    """The first two sessions launch the real case; the gate, the regression and the stale baseline are judged on
+    the update's first run replayed (replay_launcher): the same records each time, so no verdict depends on how busy
+    the machine is between sessions (the planted test below gates real launches against each other)."""
     other = suite.path / "b" / "older-cpu-class" / "openclip-tiny-cpu.json"
     other.parent.mkdir(parents=True)
     other.write_text(json.dumps({
@@ -108,9 +108,7 @@ def test_missing_baseline_update_pass_and_regression(suite):
     assert "torch.distributed.run" in provenance["command"] and "$WORKDIR/steps.jsonl" in provenance["command"]
     assert provenance["measured"]["measured_steps"] == 10
 
-    for entry in stored["metrics"].values():
-        entry["tolerance"] = 0.75
-    baseline_file(suite).write_text(json.dumps(stored))
+    replay_in_sessions(monkeypatch, max(suite.path.glob("**/test_clip_tiny_cpu_0/run0"), key=lambda p: p.stat().st_mtime))
     gate = run(suite, "-k", "tiny-cpu")
     gate.assert_outcomes(passed=1)
     gate.stdout.fnmatch_lines(["*openclip-tiny-cpu*samples_per_second*pass*", "*openclip-tiny-cpu*total_time_secs*pass*"])
@@ -123,7 +121,7 @@ def test_missing_baseline_update_pass_and_regression(suite):
     regress.stdout.fnmatch_lines([
         "*openclip-tiny-cpu: performance regression on pinned-cpu-class",
         "*total_time_secs (lower is better): measured * s (median of * run*) vs baseline * s: +*% "
-        "(tolerance 75.0%); significantly worse by *",
+        "(tolerance 40.0%); significantly worse by *",
         "*baseline: *openclip-tiny-cpu.json",
         "*command: python -m torch.distributed.run *openclip_train.py*",
         "*logs kept in *test_clip_tiny_cpu_0",
@@ -195,7 +193,7 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
     119.5, inside the tolerance. A doubled step halves the throughput, so it fails unless the VM speeds
     up by more than 70 % between sessions. This test proves the wiring; how small a slowdown the gate
     catches is measured by benchmarks/detection_power.py. A false alarm on the unchanged session needs
-    all 3 runs slower than all 5 baseline runs (exact rank test, p = 0.036) and by more than the tolerance,
+    both runs slower than all 5 baseline runs (exact rank test, p = 0.048) and by more than the tolerance,
     whose floor is 25 %: with a 10 % floor a local run failed the unchanged session at -10.5 % (the VM
     slower between the sessions, as in CI). The CPU clock drifts too beside a training job: a CI run measured
     the unchanged session's CPU time per sample 20.1 % above its baseline (machine probe -11 %), beyond the
@@ -206,7 +204,7 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
 
 
 def planted_session_against_a_fresh_baseline(suite):
-    args = ["-k", "noise-cpu", "--perf-repeats", "3", "--perf-max-repeats", "3"]
+    args = ["-k", "noise-cpu", "--perf-repeats", "2", "--perf-max-repeats", "2"]
     run(suite, *args, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
     stored = json.loads(baseline_file(suite, "noise").read_text())
     assert stored["workload_version"] == "3"
@@ -231,7 +229,7 @@ def planted_session_against_a_fresh_baseline(suite):
     assert_reports(suite.path)
     newest = max(suite.path.glob("**/test_clip_noise_cpu_0/result.json"), key=lambda p: p.stat().st_mtime)
     result = json.loads(newest.read_text())
-    assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (1.0, "FAIL", 3)
+    assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (1.0, "FAIL", 2)
     assert len(result["per_run"][0]["step_times_s"]) == 12
     assert {row["metric"]: row["took"] for row in result["plant"]} == {
         "fastest_step_samples_per_second": True, "cpu_seconds_per_sample": True}
@@ -251,7 +249,7 @@ def assert_reports(path):
     """The planted session's pytest-benchmark JSON, summary.md with its plots, and JUnit properties."""
     benchmarks = json.loads((path / "perf.json").read_text())["benchmarks"]
     assert [(b["param"], b["extra_info"]["perfgate_verdict"], b["stats"]["rounds"]) for b in benchmarks] == [
-        ("openclip-noise-cpu", "FAIL", 3 * 10)]
+        ("openclip-noise-cpu", "FAIL", 2 * 10)]
     summary = (path / "report" / "summary.md").read_text()
     assert "| openclip-noise-cpu | fastest_step_samples_per_second |" in summary and "FAIL" in summary
     assert sorted(p.name for p in (path / "report").glob("*.png")) == [

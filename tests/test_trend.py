@@ -1,5 +1,5 @@
 """The results database (--perf-history) and `perfgate trend`: change points on synthetic series, the database's
-refusals and its concurrent writers, and six real sessions whose last three are planted 20 % slower."""
+refusals and its concurrent writers, and six sessions whose last three are 20 % slower."""
 
 import datetime
 import json
@@ -14,6 +14,7 @@ import uuid
 import numpy as np
 import postgres_server
 import pytest
+from replay_launcher import replay_in_sessions
 from sleeper_repo import SLEEPER, SUITE, git, init
 
 pytest.importorskip("otava.analysis", reason="perfgate[trend] is not installed here (.venv-floor has none; "
@@ -285,17 +286,23 @@ def store_baseline(repo):
         provenance={}, workload_version="1"))
 
 
-@pytest.mark.serial
 @pytest.mark.launches
-def test_six_sessions_the_last_three_planted_20_percent_slower_trend_names_the_fourth(repo):
+def test_six_sessions_the_last_three_20_percent_slower_trend_names_the_fourth(repo, monkeypatch):
+    """Each session replays one real run of the sleeper (replay_launcher), the last three with every step 25 %
+    longer, as a commit that slowed it would: the history and the trend see exactly that slowdown, however busy
+    the machine is between sessions."""
     store_baseline(repo)
+    recorded = repo.path / "recorded"
+    recorded.mkdir()
+    subprocess.run([sys.executable, "sleeper.py", "--steps", "8", "--records", str(recorded / "steps.jsonl")],
+                   cwd=repo.path, check=True, timeout=120)
     history = repo.path / "results" / "history.db"
     commits = []
     for session in range(6):
         git(repo.path, "commit", "-q", "--allow-empty", "-m", f"session {session + 1}")
         commits.append(git(repo.path, "rev-parse", "HEAD"))
-        planted = ["--perf-inject-slowdown", "0.25"] if session >= 3 else []
-        ran = repo.runpytest_subprocess(*ARGS, "--perf-history=results/history.db", "--perf-report=report", *planted,
+        replay_in_sessions(monkeypatch, recorded, scale=1.25 if session >= 3 else 1.0)
+        ran = repo.runpytest_subprocess(*ARGS, "--perf-history=results/history.db", "--perf-report=report",
                                         timeout=300)
         ran.stdout.fnmatch_lines([f"perfgate: kept 1 result(s) in {history}"])
     ran.stdout.fnmatch_lines(["case * metric * results kept * newest segment * since the change point",
