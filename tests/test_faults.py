@@ -27,13 +27,14 @@ SUITE = f"""
 from perfgate import Case, Flavour, parametrize
 
 HANG_TIMEOUT_S = {{hang_timeout_s}}
+TEARDOWN_HANG_TIMEOUT_S = {{teardown_hang_timeout_s}}
 
 SMALL = {{"device": "cpu", "base-channels": 2, "batch-size": 1, "loader": "synthetic", "workers": 0}}
 FAULTS = {{"crash": "crash@1:2", "kill": "kill@1:2", "hang": "hang@1:2", "oom": "oom@0:2", "nan": "nan@0:2",
            "none": None, "corrupt": None, "old-version": None, "teardown": "crash@1:end", "teardown-hang": "hang@1:end"}}
 CASES = [Case("unet3d", name, ({str(WORKLOAD)!r},),
               cpu=Flavour({{**SMALL, "inject-fault": fault}}, steps=6, warmup=1, tolerance=0.5,
-                          timeout_s=HANG_TIMEOUT_S))
+                          timeout_s=HANG_TIMEOUT_S if name == "hang" else TEARDOWN_HANG_TIMEOUT_S))
          for name, fault in FAULTS.items()]
 CASES += [
     Case("unet3d", "bad-option", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "base-channels": 0}})),
@@ -58,15 +59,21 @@ TEARDOWN_S = 15
 
 
 def hang_timeout_s():
-    """The fault cases' timeout: a hang must come after the ranks surely run here, and a hung teardown's bound before
-    it (the few steps of the small case take less than another TEARDOWN_S)."""
-    return round(launch_start_bound_s()) + 2 * TEARDOWN_S
+    """The hang case's timeout: the hang must come after the ranks surely run here, so that it is the one in training."""
+    return round(launch_start_bound_s())
+
+
+def teardown_hang_timeout_s():
+    """The other fault cases' timeout: a hung teardown's bound comes before it (the few steps of the small case take
+    less than another TEARDOWN_S)."""
+    return hang_timeout_s() + 2 * TEARDOWN_S
 
 
 @pytest.fixture(scope="module")
 def suite_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
-    (root / "test_suite.py").write_text(SUITE.replace("{hang_timeout_s}", str(hang_timeout_s())))
+    (root / "test_suite.py").write_text(SUITE.replace("{hang_timeout_s}", str(hang_timeout_s())).replace(
+        "{teardown_hang_timeout_s}", str(teardown_hang_timeout_s())))
     (root / "b" / "faults").mkdir(parents=True)
     (root / "b" / "faults" / "unet3d-corrupt-cpu.json").write_text(TRUNCATED)
     (root / "b" / "faults" / "unet3d-old-version-cpu.json").write_text(json.dumps(OLD_VERSION))
