@@ -9,6 +9,8 @@ of a run to replay; ``PERFGATE_REPLAY_SCALE=1.25`` makes every step take 25 % lo
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -43,6 +45,14 @@ class ReplayLauncher(LocalLauncher):
         if on_poll is not None:
             on_poll(0.0)
         return LaunchResult(0.0, (tuple(agent_command(spec, 0, "127.0.0.1:0", "replay")),), ())
+
+
+def record(script: Path, directory: Path, steps: int) -> Path:
+    """``directory``, holding the step records of one run of ``script`` (one process, no torchrun)."""
+    directory.mkdir(parents=True)
+    subprocess.run([sys.executable, str(script), "--steps", str(steps), "--records", str(directory / "steps.jsonl")],
+                   cwd=script.parent, check=True, timeout=120)
+    return directory
 
 
 def replay_in_sessions(monkeypatch, run_dir: Path, scale: float = 1.0) -> None:

@@ -1,12 +1,13 @@
 """The A/B tests' toy repository: a case whose steps are sleeps (so only the wall clock sees them), its suite, and
-git helpers, shared by the A/B, bisect, environment A/B and trend tests."""
+git helpers, shared by the A/B, bisect, environment A/B and trend tests. Its ranks record no scalars, so they start
+without importing torch (StepRecorder imports it only for scalars or CUDA): a launch of it costs little more than
+torchrun's own start."""
 
 import json
 import subprocess
 
 SLEEPER = """
 import argparse, pathlib, time
-import torch
 from perfgate import StepRecorder
 
 STEP_S = {step_s}
@@ -21,7 +22,7 @@ recorder.begin()
 for step in range(args.steps):
     recorder.data_ready()
     time.sleep(STEP_S * (1 + args.inject_slowdown))
-    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={{"loss": torch.tensor(1.0)}})
+    recorder.end_step(step, samples=1, data_s=0.0, lr=None, scalars={{}})
 recorder.close(peak_memory_bytes=0)
 """
 SUITE = """

@@ -59,7 +59,7 @@ TEARDOWN_S = 15
 
 
 def hang_timeout_s():
-    """The hang case's timeout: the hang must come after the ranks surely run here, so that it is the one in training."""
+    """The hang case's timeout: it comes once the ranks surely run here, so the hang it ends is the one in training."""
     return round(launch_start_bound_s())
 
 

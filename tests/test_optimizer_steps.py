@@ -256,7 +256,7 @@ def test_an_unmodified_script_is_baselined_fails_planted_and_crashes_as_a_crash(
     def run(*args):
         return pytester.runpytest_subprocess(*PINNED, *args, timeout=600)
 
-    update = run("-k", "mlp", "--update-baselines")
+    update = run("-k", "mlp", "--update-baselines", "--perf-baseline-repeats", "2")
     update.assert_outcomes(passed=1)
     update.stdout.fnmatch_lines(["own-mlp-cpu*fastest_step_samples_per_second*-*tokens/s*new*"])
     stored = json.loads((pytester.path / "b" / CLASS / "own-mlp-cpu.json").read_text())
@@ -269,7 +269,7 @@ def test_an_unmodified_script_is_baselined_fails_planted_and_crashes_as_a_crash(
     window = range(3, STEPS - 1)
     assert sum(theirs[i] for i in window) == pytest.approx(sum(ours[i] for i in window), rel=0.03)
 
-    planted = run("-k", "mlp", "--perf-inject-slowdown", "1")
+    planted = run("-k", "mlp", "--perf-inject-slowdown", "1", "--perf-max-repeats", "2")
     planted.assert_outcomes(failed=1)
     # The CPU clock catches it however the cores are shared; beside two busy processes the fastest step moved -11.5 %.
     planted.stdout.fnmatch_lines(["*own-mlp-cpu*cpu_seconds_per_sample*FAIL*"])

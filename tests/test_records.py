@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -39,6 +41,17 @@ def test_recorder_on_other_ranks_writes_nothing(tmp_path):
     recorder.close()
     assert not recorder.active
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_loop_that_records_no_scalars_never_imports_torch(tmp_path):
+    """The sleeper toy's ranks start without torch (tests/sleeper_repo.py): a recorder imports it for scalars only."""
+    script = (f"import sys\nfrom perfgate import StepRecorder\n"
+              f"recorder = StepRecorder({str(tmp_path / 'steps.jsonl')!r}, device_type='cpu')\n"
+              "recorder.begin()\nrecorder.end_step(0, samples=1, data_s=0.0, lr=None, scalars={})\n"
+              "recorder.close(peak_memory_bytes=0)\nprint('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr
+    assert len(read_records(tmp_path / "steps.jsonl").steps) == 1
 
 
 def test_missing_records_file_says_nothing_was_written(tmp_path):

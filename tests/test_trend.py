@@ -14,7 +14,7 @@ import uuid
 import numpy as np
 import postgres_server
 import pytest
-from replay_launcher import replay_in_sessions
+from replay_launcher import record, replay_in_sessions
 from sleeper_repo import SLEEPER, SUITE, git, init
 
 pytest.importorskip("otava.analysis", reason="perfgate[trend] is not installed here (.venv-floor has none; "
@@ -292,10 +292,7 @@ def test_six_sessions_the_last_three_20_percent_slower_trend_names_the_fourth(re
     longer, as a commit that slowed it would: the history and the trend see exactly that slowdown, however busy
     the machine is between sessions."""
     store_baseline(repo)
-    recorded = repo.path / "recorded"
-    recorded.mkdir()
-    subprocess.run([sys.executable, "sleeper.py", "--steps", "8", "--records", str(recorded / "steps.jsonl")],
-                   cwd=repo.path, check=True, timeout=120)
+    recorded = record(repo.path / "sleeper.py", repo.path / "recorded", steps=8)
     history = repo.path / "results" / "history.db"
     commits = []
     for session in range(6):
@@ -331,11 +328,12 @@ def test_six_sessions_the_last_three_20_percent_slower_trend_names_the_fourth(re
 
 
 @pytest.mark.launches
-def test_two_sessions_at_once_one_of_them_with_xdist_workers_keep_every_result(pytester):
+def test_two_sessions_at_once_one_of_them_with_xdist_workers_keep_every_result(pytester, monkeypatch):
     """Two CI jobs on one runner, one of them split over xdist workers (whose results its controller keeps), start
-    on a new database together."""
+    on a new database together. Their launches replay one run: what they write is what is tested."""
     pytester.makepyfile(sleeper=SLEEPER.format(step_s=0.02), test_suite=SUITE.format(
         extra='CASES += [Case("sleeper", name, ("sleeper.py",), cpu=FLAVOUR) for name in ("a", "b", "c")]\n'))
+    replay_in_sessions(monkeypatch, record(pytester.path / "sleeper.py", pytester.path / "recorded", steps=8))
     history = pytester.path / "results" / "history.db"
     command = [sys.executable, "-m", "pytest", *ARGS, f"--perf-history={history}"]
     sessions = [subprocess.Popen(command + extra, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -396,8 +394,10 @@ def test_postgres_takes_the_password_from_a_pgpass_file(postgres, monkeypatch, t
 
 
 @pytest.mark.launches
-def test_a_session_never_shows_the_password_and_an_unreachable_database_leaves_the_verdict(repo, postgres):
+def test_a_session_never_shows_the_password_and_an_unreachable_database_leaves_the_verdict(repo, postgres, monkeypatch):
+    """The sessions' launches replay one run: what they write, and what they print, is what is tested."""
     store_baseline(repo)
+    replay_in_sessions(monkeypatch, record(repo.path / "sleeper.py", repo.path / "recorded", steps=8))
     kept = repo.runpytest_subprocess(*ARGS, f"--perf-history={postgres.url()}", "--junitxml=junit.xml",
                                      "--perf-report=report", "--perf-json=perf.json", timeout=300)
     kept.assert_outcomes(passed=1)

@@ -247,10 +247,8 @@ class StepRecorder:
         self._on_step = on_step
         self._cuda = device_type == "cuda"
         self._torch: Any = None
-        if self.active or self._cuda:
-            import torch
-
-            self._torch = torch
+        if self._cuda:
+            self._torch_module()
         self._clock = clock or (_CudaClock(self._torch) if self._cuda else HostClock())
         self._cpu_clock = cpu_clock or CpuClock()
         self._last_cpu: tuple[float, float | None] = (0.0, None)
@@ -299,7 +297,7 @@ class StepRecorder:
         names = list(scalars)
         host = None
         if names:
-            stacked = self._torch.stack([scalars[name].detach().float().reshape(()) for name in names])
+            stacked = self._torch_module().stack([scalars[name].detach().float().reshape(()) for name in names])
             if self._cuda:
                 host = self._pinned_buffer(len(names))
                 host.copy_(stacked, non_blocking=True)
@@ -315,6 +313,15 @@ class StepRecorder:
         if self.active:
             self._pending.append(_PendingStep(None, 0, 0.0, None, self._clock.mark(), ([], None),
                                               self._cpu_clock.read(), self._count()))
+
+    def _torch_module(self) -> Any:
+        """torch, imported once a step has scalars to keep or the clock is CUDA's: a loop that records neither (a test's
+        toy of sleeps) starts without it."""
+        if self._torch is None:
+            import torch
+
+            self._torch = torch
+        return self._torch
 
     def _count(self) -> float | None:
         return self._instructions.read() if self._instructions is not None else None
