@@ -224,6 +224,7 @@ def planted_session_against_a_fresh_baseline(suite):
     planted.stdout.fnmatch_lines([
         "*PLANTED SLOWDOWN 100%*",
         "*openclip-noise-cpu*FAIL*",
+        "window share: *% of the session's launch time (* s measured of * s in 2 launch(es))*",
         f"perfgate: wrote {suite.path / 'perf.json'}",
     ])
     assert_reports(suite.path)
@@ -252,6 +253,7 @@ def assert_reports(path):
         ("openclip-noise-cpu", "FAIL", 2 * 10)]
     summary = (path / "report" / "summary.md").read_text()
     assert "| openclip-noise-cpu | fastest_step_samples_per_second |" in summary and "FAIL" in summary
+    assert "| openclip-noise-cpu | 2 |" in summary, "each case's launches' time accounting, summed"
     assert sorted(p.name for p in (path / "report").glob("*.png")) == [
         "openclip-noise-cpu-runs.png", "openclip-noise-cpu-timeline.png"]
     junit = ElementTree.parse(path / "junit.xml")

@@ -131,3 +131,37 @@ def test_the_terminal_summary_says_what_was_planted_written_calibrated_and_left_
     lines.clear()
     summary.write([], settings)
     assert lines == [] and len(sections) == 1
+
+
+def launch(startup, warmup, window, after, teardown):
+    return {"time_s": {"startup_s": startup, "warmup_s": warmup, "window_s": window, "after_window_s": after,
+                       "teardown_s": teardown, "total_s": startup + warmup + window + after + teardown}}
+
+
+def test_where_the_launches_time_went_is_summed_per_case_with_the_reference_side_and_the_sessions_window_share():
+    from perfgate.config.settings import Settings
+    from perfgate.report import markdown
+    from perfgate.report.terminal import TIME_HEADER, TIME_HEADING, TerminalSummary, time_rows, window_share_line
+
+    compiled = {"case": "clip-l-gpu", "verdict": "pass", "metrics": [],
+                "per_run": [launch(35.6, 86.2, 9.8, 1.0, 4.4), launch(30.0, 20.0, 10.0, 1.0, 3.0)]}
+    paired = {"case": "clip-b-gpu", "verdict": "pass", "metrics": [], "per_run": [launch(10.0, 2.0, 8.0, 0.0, 0.0)],
+              "reference": {"revision": "main", "commit": "a" * 40, "per_run": [launch(10.0, 2.0, 8.0, 0.0, 0.0)]}}
+    upstream = {"case": "log-only-cpu", "verdict": "pass", "metrics": [], "per_run": [{"time_s": None}]}
+    rows = time_rows([compiled, paired, upstream])
+    assert rows == [
+        ["clip-l-gpu", "2", "65.6 s", "106.2 s", "19.8 s", "2.0 s", "7.4 s", "201.0 s", "10%"],
+        ["clip-b-gpu", "2", "20.0 s", "4.0 s", "16.0 s", "0.0 s", "0.0 s", "40.0 s", "40%"],
+    ]
+    share = window_share_line([compiled, paired, upstream])
+    assert share.startswith("window share: 15% of the session's launch time (35.8 s measured of 241.0 s in 4 launch(es))")
+    assert window_share_line([upstream]) is None
+
+    lines = []
+    TerminalSummary(lambda title: None, lambda text, **markup: lines.append(text)).write([compiled, paired], Settings())
+    start = lines.index(TIME_HEADING)
+    assert lines[start + 1].split()[:3] == ["case", "launches", "start-up"] and lines[-1] == share
+    document = markdown.summary([compiled, paired], Settings())
+    assert "### Where the launches' time went" in document
+    assert "| " + " | ".join(TIME_HEADER) + " |" in document and "| clip-l-gpu | 2 | 65.6 s |" in document
+    assert "**Window share: 15% of the session's launch time" in document

@@ -63,10 +63,14 @@ def summary(results: Sequence[dict[str, Any]], settings: Settings,
         ("Scaling over DDP size", terminal.scaling_rows(results), terminal.SCALING_HEADER),
         ("This machine against the ones we know", terminal.known_rows(results), terminal.KNOWN_HEADER),
         ("Where each result stands in its history", terminal.history_rows(results), terminal.HISTORY_HEADER),
+        ("Where the launches' time went", terminal.time_rows(results), terminal.TIME_HEADER),
     ]
     for heading, rows, header in sections:
         if rows:
             lines += [f"### {heading}", "", *table(rows, header), ""]
+    share = terminal.window_share_line(results)
+    if share:
+        lines += [f"**{share[0].upper()}{share[1:]}**", ""]
     for result in results:
         if result.get("message"):
             lines += [f"<details><summary>{result['case']}: {result['verdict']}</summary>", "", "```",

@@ -95,6 +95,50 @@ def table(rows: list[list[str]], header: Sequence[str] = ("case", "metric", "mea
     return [fmt(header), fmt(["-" * w for w in widths]), *(fmt(row) for row in rows)]
 
 
+TIME_HEADING = "where the launches' time went (seconds, summed over each case's launches; window: the measured steps):"
+TIME_PHASES = ("startup_s", "warmup_s", "window_s", "after_window_s", "teardown_s")
+TIME_HEADER = ("case", "launches", "start-up", "warm-up (compile)", "window", "after window", "teardown", "total",
+               "window share")
+
+
+def launch_times(result: dict[str, Any]) -> list[dict[str, float]]:
+    """Each launch's time accounting (metrics.time_accounting), the reference side's too under A/B."""
+    runs = [*result.get("per_run", []), *(result.get("reference") or {}).get("per_run", [])]
+    return [run["time_s"] for run in runs if run.get("time_s")]
+
+
+def time_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Where each case's launches spent their time, summed over them: what the measured window was of what it cost."""
+    rows = []
+    for result in results:
+        times = launch_times(result)
+        if not times:
+            continue
+        total = sum(t["total_s"] for t in times)
+        phases = [_seconds(sum(t[phase] for t in times)) for phase in TIME_PHASES]
+        rows.append([result["case"], str(len(times)), *phases, _seconds(total),
+                     _share(sum(t["window_s"] for t in times), total)])
+    return rows
+
+
+def window_share_line(results: Sequence[dict[str, Any]]) -> str | None:
+    """The session's launches together: how much of their time the measured windows were."""
+    times = [t for result in results for t in launch_times(result)]
+    if not times:
+        return None
+    total, window = sum(t["total_s"] for t in times), sum(t["window_s"] for t in times)
+    return (f"window share: {_share(window, total)} of the session's launch time ({_seconds(window)} measured of "
+            f"{_seconds(total)} in {len(times)} launch(es)); the rest is start-up, warm-up, after-window and teardown")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:,.1f} s"
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole > 0 else "-"
+
+
 PROFILE_HEADER = ("case", "samples/s", "TFLOP/s", "MFU", "CPU ms/sample", "IO / SYNTHETIC samples/s", "bottleneck")
 
 
@@ -304,10 +348,14 @@ class TerminalSummary:
             ("GPUs during the measured windows (NVML):", gpu_rows(results, settings.min_gpu_util), GPU_HEADER),
             ("scaling over DDP size (efficiency = speedup / ranks):", scaling_rows(results), SCALING_HEADER),
             (KNOWN_HEADING, known_rows(results), KNOWN_HEADER),
+            (TIME_HEADING, time_rows(results), TIME_HEADER),
         ):
             if rows:
                 self._line(heading)
                 self._table(rows, header)
+        share = window_share_line(results)
+        if share:
+            self._line(share)
         missing = [r for r in results if r["verdict"] == "no-baseline"]
         if missing:
             for line in create_baselines_line(missing, settings, self._create_baselines).splitlines():
