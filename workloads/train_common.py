@@ -304,6 +304,16 @@ def cudagraph_skips() -> int:
     return int(counters["inductor"]["cudagraph_skips"])
 
 
+def compile_cache_counts() -> dict[str, Any]:
+    """Inductor's FX graph cache in this process: how many graphs it loaded (hits), compiled and stored (misses) or
+    could not cache (bypasses: those compile in every launch; TORCH_LOGS=+inductor logs why), and where it is."""
+    from torch._dynamo.utils import counters
+
+    inductor = counters["inductor"]
+    return {"hits": int(inductor["fxgraph_cache_hit"]), "misses": int(inductor["fxgraph_cache_miss"]),
+            "bypasses": int(inductor["fxgraph_cache_bypass"]), "dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}
+
+
 def check_cuda_graphs(asked: bool, skips: int) -> None:
     """Ends a ``--cuda-graphs`` run whose graphs inductor skipped: it measured plain torch.compile, not CUDA graphs
     (DDP with BatchNorm buffers does it: "skipping cudagraphs due to mutated inputs", pytorch issue 139207)."""
@@ -571,4 +581,5 @@ class Trainer:
             peak_memory_bytes=int(peak_all.item()), peak_memory_kind=kind, wall_s=wall_s, steps_run=steps_run,
             stopped_early=steps_run < self.args.steps, median_step_ci_halfwidth=self.adaptive.halfwidth,
             cudagraph_skips=cudagraph_skips(),
+            compile_cache=compile_cache_counts() if self.args.compile or self.args.cuda_graphs else None,
         )

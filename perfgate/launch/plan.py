@@ -16,6 +16,7 @@ from perfgate.config.cases import DEFAULT_CPU_RANKS, CaseRun
 from perfgate.config.settings import Settings
 from perfgate.launch import hardware
 from perfgate.launch.agents import port_share
+from perfgate.launch.caches import compile_cache_env
 from perfgate.launch.local import LocalLauncher
 from perfgate.launch.slurm import SlurmLauncher
 from perfgate.launch.spec import LaunchSpec, NodeLauncher
@@ -158,9 +159,10 @@ def child_env(kind: str, root: Path) -> dict[str, str]:
     """What a case's ranks need beyond the launcher's environment.
 
     CPU ranks get one thread each (torchrun's own choice for several ranks per node), so a DDP size
-    family on CPU compares 1 core with N cores; an OMP_NUM_THREADS of the user's wins.
+    family on CPU compares 1 core with N cores; an OMP_NUM_THREADS of the user's wins. torch.compile keeps its
+    caches in perfgate's cache directory (launch.caches), across launches and sessions.
     """
-    env = import_env(root)
+    env = {**import_env(root), **compile_cache_env()}
     if kind == "cpu":
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
     return env

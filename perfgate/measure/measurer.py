@@ -38,6 +38,10 @@ class TeardownFailureWarning(UserWarning):
     """A run finished and recorded its measurement, then a rank crashed or hung while exiting."""
 
 
+class CompileCacheBypassWarning(UserWarning):
+    """torch.compile could not cache some of a launch's graphs: they compile again in every launch."""
+
+
 class LowGpuUtilizationWarning(UserWarning):
     """A GPU case kept its GPUs busy less than --perf-min-gpu-util of the window: it measures something else."""
 
@@ -210,8 +214,18 @@ class Measurer:
         if problems:
             result["gpu_monitor"] = "; ".join(problems)
         measurement.runs.append(run)
+        self._say_compile_cache_bypassed(run)
         result["measured"] = measurement.medians()
         result["runs"] = len(measurement.runs)
+
+    def _say_compile_cache_bypassed(self, run: dict[str, Any]) -> None:
+        """A warm start that compiles anyway costs nearly what a cold one does: say so, rather than bill it silently."""
+        cache = run["facts"]["end"].get("compile_cache") or {}
+        if cache.get("bypasses"):
+            warnings.warn(CompileCacheBypassWarning(
+                f"{self._label} run {run['run'] + 1}: torch.compile could not cache {cache['bypasses']} graph(s) in "
+                f"{cache.get('dir') or 'its cache directory'} (inductor's FX graph cache bypassed them): they compile "
+                "again in every launch; run with TORCH_LOGS=+inductor to see why"))
 
     def measure_within(self, span: tuple[float, float]) -> None:
         """Measures the last run again on its measured steps that ran inside ``span``: under duet, while the other

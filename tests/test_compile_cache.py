@@ -1,0 +1,86 @@
+"""torch.compile's caches kept under perfgate's cache directory across launches, what a launch's records say of
+them, and the warning when inductor could not cache a graph."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from fakes import make_plan
+from replay_launcher import ReplayLauncher
+
+from conftest import REPO
+from perfgate.launch.caches import compile_cache_env
+from perfgate.launch.plan import child_env
+from perfgate.measure.measurer import CompileCacheBypassWarning, Measurer
+
+COMPILE_VARIABLES = ("PERFGATE_CACHE_DIR", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for name in COMPILE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return monkeypatch
+
+
+def test_the_ranks_compile_into_perfgates_cache_directory_unless_the_user_chose_one(clean_env, tmp_path):
+    assert compile_cache_env() == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "home/.cache/perfgate/inductor"),
+                                   "TRITON_CACHE_DIR": str(tmp_path / "home/.cache/perfgate/triton")}
+    clean_env.setenv("XDG_CACHE_HOME", "/xdg")
+    assert compile_cache_env()["TORCHINDUCTOR_CACHE_DIR"] == "/xdg/perfgate/inductor"
+    clean_env.setenv("PERFGATE_CACHE_DIR", "/ci/cache")
+    clean_env.setenv("TRITON_CACHE_DIR", "/mine/triton")
+    assert compile_cache_env() == {"TORCHINDUCTOR_CACHE_DIR": "/ci/cache/inductor", "TRITON_CACHE_DIR": "/mine/triton"}
+    env = child_env("gpu", REPO)
+    assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]) == ("/ci/cache/inductor", "/mine/triton")
+
+
+COMPILE_ONCE = """
+import json, sys
+import torch
+sys.path.insert(0, {workloads!r})
+from train_common import compile_cache_counts
+double = torch.compile(lambda x: x * 2 + 1)
+double(torch.ones(8))
+print(json.dumps(compile_cache_counts()))
+"""
+
+
+@pytest.mark.launches
+def test_a_second_process_loads_the_graph_the_first_compiled_and_the_counts_say_so(clean_env, tmp_path):
+    """torch.compile on CPU (inductor's C++ backend): the cache directory outlives the process that compiled."""
+    if not any(shutil.which(name) for name in ("c++", "g++")):
+        pytest.skip("torch.compile on CPU needs a C++ compiler (c++ or g++) on PATH")
+    clean_env.setenv("PERFGATE_CACHE_DIR", str(tmp_path / "cache"))
+    env = {**os.environ, **compile_cache_env()}
+    script = COMPILE_ONCE.format(workloads=str(REPO / "workloads"))
+    counts = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        counts.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = counts
+    assert first["misses"] >= 1 and first["hits"] == 0 and first["bypasses"] == 0
+    assert second["hits"] == first["misses"] and second["misses"] == 0
+    assert first["dir"] == second["dir"] == str(tmp_path / "cache" / "inductor")
+    assert any((tmp_path / "cache" / "inductor").iterdir())
+
+
+def test_a_launch_whose_graphs_inductor_could_not_cache_is_named_in_a_warning(tmp_path):
+    source = tmp_path / "recorded"
+    source.mkdir()
+    records = [{"kind": "start", "t": 1.0, "world_size": 1, "global_batch": 8},
+               *({"kind": "step", "t": 2.0 + i, "step": i, "samples": 8, "step_s": 1.0, "data_s": 0.0}
+                 for i in range(4)),
+               {"kind": "end", "t": 6.0, "peak_memory_bytes": 1,
+                "compile_cache": {"hits": 0, "misses": 1, "bypasses": 2, "dir": "/c/inductor"}}]
+    (source / "steps.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    measurer = Measurer(make_plan(tmp_path), {"case": "w-c-cpu"}, launcher=ReplayLauncher(source, 1.0), root=tmp_path)
+    with pytest.warns(CompileCacheBypassWarning, match=r"w-c-cpu run 1: torch.compile could not cache 2 graph\(s\) "
+                                                       r"in /c/inductor .* TORCH_LOGS=\+inductor"):
+        measurer.launch_once(1)
+    assert measurer.measurement.runs[0]["facts"]["end"]["compile_cache"]["bypasses"] == 2
