@@ -260,10 +260,16 @@ def test_a_refused_reference_is_a_usage_error_before_any_case_runs(repo):
     assert worktrees(repo.path) == [f"worktree {repo.path}"]
 
 
+@pytest.mark.serial
 @pytest.mark.launches
 def test_the_unchanged_build_passes_a_b_beside_two_busy_processes(pytester):
     """A loaded CI runner: the real tiny OpenCLIP on 2 gloo ranks, A/B of HEAD against HEAD, while two processes keep
     both cores busy; the pairs must not read the load as a regression.
+
+    Serial, so that the load is the two busy processes it names: an in-turn pair cancels a drift, not a neighbour
+    whose launches start and stop with ours. Beside the other xdist worker's launches, the candidate's three ran at
+    103-126 samples/s and the reference's at 160-165 (-27.8 %, failed); beside the busy processes alone, three
+    sessions read -4.8 %, +0.7 % and +3.7 %.
 
     The case gates the window's throughput: under sustained load the fastest step (what CPU flavours gate by
     default) is the extreme of steps that vary from 155 to 300 ms, and identical runs measured 165-206 samples/s
