@@ -16,7 +16,9 @@ same session, pair by pair (``--perf-against``). The working tree must be commit
 two busy processes beside the whole run (``--load training``: a second 2-rank training job), as on a shared
 CI runner.
 
-The results file is rewritten after every trial; ``--resume`` continues a stopped run of the same plan.
+The results file is rewritten after every trial; ``--resume`` continues a stopped run of the same plan. Each
+trial keeps its start time and each run's machine-speed probe: a plan resumed over hours or days judges a
+stored baseline against the spread between sessions, and ``--perf-calibrate`` on the same runs.
 
     python benchmarks/detection_power.py --rejudge results/detection_power.json
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import random
 import shutil
@@ -81,13 +84,19 @@ def run_session(command: list[str]) -> tuple[int, float]:
     return session.returncode, elapsed
 
 
+PROBES = ("probe_matmul_gflops", "probe_copy_gbps")
+"""Each run's machine-speed probe, kept so that the trials can judge --perf-calibrate on the same runs."""
+
+
 def judged(basetemp: Path) -> dict:
-    """The case's verdict, the gate's per-metric rows (change, interval, p-value, runs, reason) and its plant check
-    (per metric, the change the plant should have made and the one measured) from the trial's result.json: on a
-    noisy runner, whether a missed plant took cannot be told afterwards without them."""
+    """The case's verdict, the gate's per-metric rows (change, interval, p-value, runs, reason), its plant check
+    (per metric, the change the plant should have made and the one measured) and each run's probe, from the trial's
+    result.json: on a noisy runner, whether a missed plant took cannot be told afterwards without them."""
     found = sorted(basetemp.glob("*/result.json"))
     result = json.loads(found[0].read_text()) if found else {}
-    return {"verdict": result.get("verdict"), "metrics": result.get("metrics", []), "plant": result.get("plant", [])}
+    probes = [{name: run["metrics"].get(name) for name in PROBES} for run in result.get("per_run", [])]
+    return {"verdict": result.get("verdict"), "metrics": result.get("metrics", []), "plant": result.get("plant", []),
+            "probes": probes}
 
 
 def size_and_trials(text: str) -> tuple[float, int | None]:
@@ -237,9 +246,11 @@ def main() -> int:
         against = ["--perf-against", args.against] if args.against else []
         for index, size in enumerate(order[len(trials):], len(trials) + 1):
             basetemp = Path(scratch) / f"trial{index}"
+            started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             code, seconds = run_session(pytest_command(args, baseline_dir, *against, "--perf-inject-slowdown",
                                                        str(size), "--basetemp", str(basetemp)))
-            trials.append({"slowdown": size, "failed": code == 1, "seconds": round(seconds, 1), **judged(basetemp)})
+            trials.append({"slowdown": size, "started": started, "failed": code == 1, "seconds": round(seconds, 1),
+                           **judged(basetemp)})
             save(args, stored, trials)
             shutil.rmtree(basetemp, ignore_errors=True)
             verdict = trials[-1]["verdict"] or ("FAIL" if code else "pass")

@@ -21,13 +21,16 @@ def test_the_table_counts_failed_and_unresolved_trials_apart_and_reads_trials_fr
     assert lines[3] == "| 5% | 3 | 1 | 33% | 1 | 100 s | 240 s |"
 
 
-def test_a_trials_verdict_is_read_from_its_result(tmp_path):
+def test_a_trials_verdict_and_each_runs_probe_are_read_from_its_result(tmp_path):
     (tmp_path / "case").mkdir()
     (tmp_path / "case" / "result.json").write_text(
-        '{"verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": false}]}')
-    assert detection_power.judged(tmp_path) == {"verdict": "unresolved", "metrics": [{"metric": "m"}],
-                                                "plant": [{"metric": "m", "took": False}]}
-    assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": [], "plant": []}
+        '{"verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": false}], '
+        '"per_run": [{"metrics": {"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0}}, {"metrics": {}}]}')
+    assert detection_power.judged(tmp_path) == {
+        "verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": False}],
+        "probes": [{"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0},
+                   {"probe_matmul_gflops": None, "probe_copy_gbps": None}]}
+    assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": [], "plant": [], "probes": []}
 
 
 def row(metric, unit, tolerance, reference, candidate):
