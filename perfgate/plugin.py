@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,7 +30,8 @@ from perfgate.config.cases import CaseRun
 from perfgate.config.settings import Settings, add_options, resolve
 from perfgate.judge import known, revision
 from perfgate.judge.ab import ABGate, RevisionReference
-from perfgate.judge.gate import Gate, StoredBaseline
+from perfgate.judge.gate import Gate, SessionSpreadWarning, StoredBaseline
+from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch import environment, hardware
 from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan, import_env, node_launcher, plan
@@ -280,7 +282,8 @@ class PerfGate:
                             tty=self._is_tty())
         if reference is None:
             gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
-                        pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml)
+                        pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
+                        spreads=self._session_spreads(planned))
         else:
             result["candidate_commit"] = state.commits[1] if state.commits else None
             if state.environment is not None:
@@ -296,6 +299,22 @@ class PerfGate:
         finally:
             measurer.finish(settings.min_gpu_util)
             self.request.node.user_properties.extend(terminal.junit_properties(result))
+
+    def _session_spreads(self, planned: Plan) -> dict[str, SessionSpread]:
+        """How far the case moved between the sessions the results history holds (--perf-history), for the stored
+        baseline's verdict; a history that cannot be read is a warning, and the stored tolerance alone judges."""
+        settings, run = self.state.settings, planned.run
+        if not settings.history_url or settings.update_baselines:
+            return {}
+        from perfgate.trend.database import DatabaseError
+        from perfgate.trend.spreads import learn
+
+        try:
+            return learn(settings.history_url, run.key, planned.hardware_class, run.case.version, run.gated)
+        except DatabaseError as exc:
+            warnings.warn(SessionSpreadWarning(f"{run.key}: the spread between sessions was not read ({exc}); the "
+                                               "stored tolerance alone judges"))
+            return {}
 
     def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
         """Measures the reference side of a case, with no plant: a revision's checkout (its workloads and perfgate

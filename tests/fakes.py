@@ -1,9 +1,11 @@
-"""Stand-ins shared by the unit tests: a planned case that launches nothing, and a device clock the test advances."""
+"""Stand-ins shared by the unit tests: a planned case that launches nothing, a measurer that hands out chosen values,
+and a device clock the test advances."""
 
 from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchSpec
+from perfgate.measure.measurer import Measurement
 
 METRIC = "samples_per_second"
 DETECTED = "cpu-test-2c-n1"
@@ -14,6 +16,36 @@ def make_plan(tmp_path, version="1", tolerance=None, gated=(METRIC,)):
                 gated=gated, version=version)
     return Plan(CaseRun(case, "cpu"), LaunchSpec(entry=(), workdir=tmp_path / "work"), Hardware("cpu", 2),
                 "k", DETECTED, 2, 10, 2, tmp_path / "b" / "k" / "w-c-cpu.json", "suite.py::test[c-cpu]")
+
+
+class FakeMeasurer:
+    """Stands in for measure.Measurer: each launch appends the next of ``values`` as one run."""
+
+    def __init__(self, plan, values, probe=None, log=None, name=""):
+        self.plan = plan
+        self.result = {"case": plan.run.key}
+        self._log, self._name = log if log is not None else [], name
+        self.measurement = Measurement(command="python -m torch.distributed.run w.py")
+        self._values = list(values)
+        self._probe = probe
+        self.launches = 0
+
+    def measure(self, repeats):
+        for _ in range(repeats):
+            self.launch_once(repeats)
+        return self.measurement
+
+    last_records = None
+
+    def launch_once(self, planned, stop=None, cores=None):
+        self.cores = cores
+        value = self._values[self.launches]
+        run_metrics = dict(value) if isinstance(value, dict) else {METRIC: value}
+        if self._probe is not None:
+            run_metrics["probe_matmul_gflops"] = self._probe
+        self.measurement.runs.append({"run": self.launches, "metrics": run_metrics})
+        self.launches += 1
+        self._log.append(self._name)
 
 
 class FakeDeviceClock:

@@ -7,7 +7,7 @@ import re
 import warnings
 
 import pytest
-from fakes import DETECTED, METRIC, make_plan
+from fakes import DETECTED, METRIC, FakeMeasurer, make_plan
 
 from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
@@ -19,42 +19,11 @@ from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchSpec
 from perfgate.measure import stats
-from perfgate.measure.measurer import Measurement
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.records import host_wait
 from perfgate.report import terminal
 
 CPU = "cpu_seconds_per_sample"
-
-
-class FakeMeasurer:
-    """Stands in for measure.Measurer: each launch appends the next of ``values`` as one run."""
-
-    def __init__(self, plan, values, probe=None, log=None, name=""):
-        self.plan = plan
-        self.result = {"case": plan.run.key}
-        self._log, self._name = log if log is not None else [], name
-        self.measurement = Measurement(command="python -m torch.distributed.run w.py")
-        self._values = list(values)
-        self._probe = probe
-        self.launches = 0
-
-    def measure(self, repeats):
-        for _ in range(repeats):
-            self.launch_once(repeats)
-        return self.measurement
-
-    last_records = None
-
-    def launch_once(self, planned, stop=None, cores=None):
-        self.cores = cores
-        value = self._values[self.launches]
-        run_metrics = dict(value) if isinstance(value, dict) else {METRIC: value}
-        if self._probe is not None:
-            run_metrics["probe_matmul_gflops"] = self._probe
-        self.measurement.runs.append({"run": self.launches, "metrics": run_metrics})
-        self.launches += 1
-        self._log.append(self._name)
 
 
 def store(plan, value=100.0, runs=(98.0, 99.0, 100.0, 101.0, 102.0), version="1", detected=DETECTED, measured=None):

@@ -1,6 +1,7 @@
 """The results database (--perf-history) and `perfgate trend`: change points on synthetic series, the database's
 refusals and its concurrent writers, and six sessions whose last three are 20 % slower."""
 
+import dataclasses
 import datetime
 import json
 import multiprocessing
@@ -15,7 +16,7 @@ import numpy as np
 import postgres_server
 import pytest
 from replay_launcher import record, replay_in_sessions
-from sleeper_repo import SLEEPER, SUITE, git, init
+from sleeper_repo import SLEEPER, SUITE, git, init, result_of
 
 pytest.importorskip("otava.analysis", reason="perfgate[trend] is not installed here (.venv-floor has none; "
                     "tests/test_trend_extra.py checks what that says)")
@@ -25,6 +26,7 @@ from perfgate.judge import baselines  # noqa: E402
 from perfgate.trend.analysis import series  # noqa: E402
 from perfgate.trend.changepoints import change_points  # noqa: E402
 from perfgate.trend.command import main as trend  # noqa: E402
+from perfgate.trend.spreads import learn  # noqa: E402
 from perfgate.trend.database import SCHEMA_LOCK, SCHEMA_VERSION, Context, DatabaseError, ResultsDatabase, mask, url_of  # noqa: E402
 
 SEEDS = range(20)
@@ -284,6 +286,57 @@ def store_baseline(repo):
     baselines.write(repo.path / "b" / "hw" / "sleeper-sleep-cpu.json", baselines.Baseline(
         "sleeper-sleep-cpu", "hw", {metric: baselines.MetricBaseline(50.0, "higher", 0.9, "samples/s", (50.0, 50.0))},
         provenance={}, workload_version="1"))
+
+
+def test_the_spread_between_sessions_counts_unplanted_sessions_of_this_version_since_the_newest_change_point(tmp_path):
+    url = str(tmp_path / "history.db")
+    database = ResultsDatabase(url)
+    for value in (10.0, 500.0, 3.0, 80.0, 7.0):
+        database.record([result(value=value, workload_version="0")], CONTEXT)
+    for value in [50.0] * 8 + [97.0, 103.0, 99.0, 101.0, 98.0, 102.0, 100.0, 100.0]:
+        database.record([result(value=value), result(case="other-cpu", value=value / 2)], CONTEXT)
+    for _ in range(3):
+        planted = result(value=60.0)
+        planted["measured"]["planted_fraction"] = 0.5
+        database.record([planted], CONTEXT)
+    database.close()
+    found = learn(url, "c-cpu", "hw", "1", ["fastest_step_samples_per_second", "mfu"])
+    assert list(found) == ["fastest_step_samples_per_second"]
+    assert (found["fastest_step_samples_per_second"].centre, found["fastest_step_samples_per_second"].sessions) == (
+        100.0, 8)
+    assert learn(url, "c-cpu", "hw", "2", ["fastest_step_samples_per_second"]) == {}
+    assert learn(str(tmp_path / "new.db"), "c-cpu", "hw", "1", ["fastest_step_samples_per_second"]) == {}
+
+
+@pytest.mark.launches
+def test_a_stored_baseline_is_judged_with_the_spread_of_the_sessions_the_history_holds(repo, monkeypatch):
+    """Five unchanged sessions of the sleeper replayed 0-8 % apart into the history: against a 3 % baseline a session
+    6 % slower is then unresolved, saying what this machine can catch, and a twice slower one still fails."""
+    recorded = record(repo.path / "sleeper.py", repo.path / "recorded", steps=8)
+    replay_in_sessions(monkeypatch, recorded)
+    repo.runpytest_subprocess(*ARGS, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
+    path = repo.path / "b" / "hw" / "sleeper-sleep-cpu.json"
+    stored = baselines.load(path)
+    metric = "fastest_step_samples_per_second"
+    baselines.write(path, dataclasses.replace(stored, metrics={
+        metric: dataclasses.replace(stored.metrics[metric], tolerance=0.03)}))
+    judged = ["-p", "no:cacheprovider", "--perf-repeats", "3", "--perf-max-repeats", "3", "--baseline-dir", "b",
+              "--hardware-class", "hw", "--perf-history=history.db"]
+    for scale in (1.0, 1.04, 0.97, 1.08, 1.02):
+        replay_in_sessions(monkeypatch, recorded, scale=scale)
+        repo.runpytest_subprocess(*judged, timeout=300)
+    replay_in_sessions(monkeypatch, recorded, scale=1.06)
+    within = repo.runpytest_subprocess(*judged, timeout=300)
+    within.assert_outcomes(passed=1)
+    within.stdout.fnmatch_lines(["*SessionSpreadWarning: sleeper-sleep-cpu: unresolved on hw: worse than the baseline, "
+                                 "but within how far this case moves between unchanged sessions here*",
+                                 "*5 sessions in *history.db), so a change counts only beyond *a stored baseline catches a slowdown of *% or more here*",
+                                 "*--perf-against REF --perf-ab-duet*"])
+    assert result_of(repo, "sleep")["verdict"] == "unresolved"
+    replay_in_sessions(monkeypatch, recorded, scale=2.0)
+    slower = repo.runpytest_subprocess(*judged, timeout=300)
+    slower.assert_outcomes(failed=1)
+    slower.stdout.fnmatch_lines(["*performance regression on hw*", "*unchanged sessions read *% against the baseline*"])
 
 
 @pytest.mark.launches

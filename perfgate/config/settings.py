@@ -210,8 +210,8 @@ OPTIONS = (
            "host then falls on both, and each side's CPU clock counts its own work; the two sides' ranks are pinned "
            "to share the cores alike, and each side is measured on the steps it ran while the other ran; for CPU "
            "flavours on the local launcher, since a GPU case's sides would share its GPUs (docs/ab.md)"),
-    Option("--fail-unresolved", "fail_unresolved", "fail a case that --perf-ab-resolve leaves unresolved "
-           "(default: warn)"),
+    Option("--fail-unresolved", "fail_unresolved", "fail a case left unresolved: by --perf-ab-resolve, or by a "
+           "regression within how far the case moves between sessions here (--perf-history) (default: warn)"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
            "(one benchmark per case flavour, its measured steps as rounds, perfgate's verdict in extra_info), for "
            "`pytest-benchmark compare` and github-action-benchmark's \"pytest\" tool", Path, None, "PATH"),
@@ -221,7 +221,9 @@ OPTIONS = (
     Option("--perf-history", "history_url", "keep every case's result (runs, both clocks, verdict, commit, branch, "
            "hardware class, environment, launcher, nodes, time) in a results database for `perfgate trend`: a "
            "SQLite path (e.g. results/history.db) or postgresql://USER@HOST/DB (a password there, in PGPASSWORD or "
-           "~/.pgpass is used and never shown); a database that cannot be written is a warning, the verdicts stand",
+           "~/.pgpass is used and never shown); a database that cannot be written is a warning, the verdicts stand. "
+           "Once it holds 5 sessions of a case on this hardware class, their spread judges the stored baseline too: a "
+           "change within it is unresolved, not FAIL, and a pass says how large a slowdown this machine lets it catch",
            database_url, None, "URL"),
     Option("--perf-report", "report_dir", "write DIR/summary.md (the summary's tables in GitHub markdown, also appended "
            "to $GITHUB_STEP_SUMMARY when set) and PNG plots: each case's step timeline and runs against its baseline, "

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines
+from perfgate.judge import baselines, session_spread
+from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch import hardware
 from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, metrics, stats
@@ -46,6 +47,11 @@ def why_absent(measurement: Measurement, name: str) -> str:
         return ""
     said = sorted(set(measurement.start_facts(fact)))
     return f" ({'; '.join(said)})" if said else ""
+
+
+class SessionSpreadWarning(UserWarning):
+    """The case moves further between sessions on this machine than its stored tolerance allows: a change inside
+    that spread is unresolved, not a FAIL, and a pass catches only the slowdown it names."""
 
 
 class UngatedMetricWarning(UserWarning):
@@ -125,8 +131,12 @@ class Gate:
 
     def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
                  root: Path, pytest_args: str = "",
-                 nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml) -> None:
+                 nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml,
+                 spreads: dict[str, SessionSpread] | None = None) -> None:
+        """``spreads``: each gated metric's spread between the sessions the results history holds (none: the
+        stored tolerance alone judges)."""
         self.plan = plan
+        self.spreads = spreads or {}
         self.settings = settings
         self.measurer = measurer
         self.reference = reference
@@ -170,14 +180,18 @@ class Gate:
             if not undecided({v.outcome for v in verdicts}) or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
-        outcomes = [stats.settle(v.decision).outcome for v in verdicts]
+        outcomes, spread_rows = session_spread.judge(self.spreads, verdicts,
+                                                     [stats.settle(v.decision).outcome for v in verdicts])
         result["metrics"] = [{**verdict_row(v, outcome), "run_values": current[v.metric],
                               "baseline_runs": list(baseline.metrics[v.metric].samples)}
                              for v, outcome in zip(verdicts, outcomes)]
+        if spread_rows:
+            result["session_spread"] = spread_rows
         self.check_plant(verdicts, measurement)
         planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
                    if self.settings.inject_slowdown else "")
-        details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.get("calibration")))
+        details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.get("calibration"))
+                            + [f"  {session_spread.describe(row)}" for row in spread_rows])
         if "FAIL" in outcomes:
             result["verdict"] = "FAIL"
             raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{planted}\n{details}\n"
@@ -192,10 +206,29 @@ class Gate:
                 raise CaseFailed(message)
             warnings.warn(StaleBaselineWarning(message))
             return result
+        if any(row["outcome"] == "unresolved" for row in spread_rows):
+            return self.within_session_spread(f"{planted}\n{details}")
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
         result["verdict"] = "pass"
+        if session_spread.too_wide(spread_rows):
+            warnings.warn(SessionSpreadWarning(
+                f"{plan.run.key}: passed on {plan.hardware_class}, but this machine's sessions spread wider than the "
+                f"stored tolerance{planted}\n{details}\n{session_spread.ab_instead(result.get('test', plan.run.key))}"))
         return result
+
+    def within_session_spread(self, details: str) -> dict[str, Any]:
+        """A regression beyond the stored tolerance but within how far unchanged sessions of the case stray here:
+        neither a FAIL (1 session in 20 of unchanged code reads that far) nor a pass."""
+        plan = self.plan
+        self.result["verdict"] = "unresolved"
+        message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but within how far "
+                   f"this case moves between unchanged sessions here{details}\n"
+                   f"{session_spread.ab_instead(self.result.get('test', plan.run.key))}")
+        if self.settings.fail_unresolved:
+            raise CaseFailed(message)
+        warnings.warn(SessionSpreadWarning(message))
+        return self.result
 
     def unresolved(self, verdicts: list[baselines.MetricVerdict], baseline: baselines.Baseline,
                    current: dict[str, list[float]], details: str) -> dict[str, Any]:

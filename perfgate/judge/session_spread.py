@@ -1,0 +1,112 @@
+"""How far an unchanged case moves between sessions on one machine, and what a stored baseline can tell apart there.
+
+A stored baseline's tolerance comes from the spread of the launches inside the session that measured it. On a shared
+runner a case moves further between sessions (caches, clocks, neighbours that come and go), and no statistic inside
+one session sees that. The results history (``--perf-history``) holds what the case's earlier sessions read on this
+hardware class: their median says where an unchanged session lands against the baseline, their spread how far it
+strays. A regression the gate would call inside that spread is left unresolved, never a FAIL; a pass says how large
+a slowdown the machine lets a stored baseline catch, and the A/B command that catches a smaller one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from perfgate.measure import stats
+
+FALSE_ALARM_Z = 1.645
+"""One unchanged session in 20 reads this many spreads worse than the sessions' median (one-sided normal)."""
+CATCH_Z = 1.282
+"""A slowdown that moves the median this many spreads past the least tolerance fails 9 sessions in 10."""
+MIN_SESSIONS = 5
+"""Fewer sessions than this say too little about the spread: the stored tolerance alone judges."""
+MAX_SESSIONS = 30
+"""The newest sessions only: a machine's spread changes as its neighbours do."""
+CENTRE_VARIANCE = math.pi / 2
+"""The variance of a median of n normal values, in units of sigma^2 / n: the centre's own uncertainty."""
+
+
+@dataclass(frozen=True)
+class SessionSpread:
+    """One gated metric's unchanged sessions on this hardware class: their median, robust relative spread, count."""
+
+    metric: str
+    centre: float
+    spread: float
+    sessions: int
+    where: str
+
+    @classmethod
+    def of(cls, metric: str, values: Sequence[float], where: str) -> SessionSpread | None:
+        """From the sessions' values (each a session's median), newest last; None for too few to tell."""
+        kept = list(values)[-MAX_SESSIONS:]
+        if len(kept) < MIN_SESSIONS:
+            return None
+        return cls(metric, stats.median(kept), stats.relative_spread(kept), len(kept), where)
+
+    @property
+    def width(self) -> float:
+        """The spread of a new session around the estimated centre: its own spread and the centre's uncertainty."""
+        return self.spread * math.sqrt(1.0 + CENTRE_VARIANCE / self.sessions)
+
+    def offset(self, baseline: float, better: str) -> float:
+        """How much worse than ``baseline`` an unchanged session typically reads (negative: better)."""
+        change = self.centre / baseline - 1.0
+        return -change if better == "higher" else change
+
+    def least_tolerance(self, baseline: float, better: str, tolerance: float) -> float:
+        """The least worsening that 19 unchanged sessions in 20 stay within, never under the stored tolerance."""
+        return max(tolerance, self.offset(baseline, better) + FALSE_ALARM_Z * self.width)
+
+    def catchable(self, baseline: float, better: str, tolerance: float) -> float:
+        """The smallest slowdown that fails 9 sessions in 10 against ``baseline`` on this machine."""
+        return self.least_tolerance(baseline, better, tolerance) - self.offset(baseline, better) + CATCH_Z * self.width
+
+
+def worsening(change: float, better: str) -> float:
+    """A relative change as how much worse it is (negative: better)."""
+    return -change if better == "higher" else change
+
+
+def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcomes: Sequence[str]
+          ) -> tuple[list[str], list[dict[str, Any]]]:
+    """The outcomes once each metric's session spread is known, and a row per metric that has one: a FAIL within
+    the spread becomes unresolved. ``verdicts``: the gate's MetricVerdicts, ``outcomes`` their settled outcomes."""
+    settled, rows = list(outcomes), []
+    for index, verdict in enumerate(verdicts):
+        spread = spreads.get(verdict.metric)
+        if spread is None:
+            continue
+        least = spread.least_tolerance(verdict.baseline, verdict.better, verdict.tolerance)
+        if settled[index] == "FAIL" and worsening(verdict.change, verdict.better) <= least:
+            settled[index] = "unresolved"
+        rows.append({
+            "metric": verdict.metric, "change": verdict.change, "tolerance": verdict.tolerance,
+            "sessions": spread.sessions, "session_spread": spread.spread,
+            "unchanged_change": spread.centre / verdict.baseline - 1.0, "least_tolerance": least,
+            "catchable": spread.catchable(verdict.baseline, verdict.better, verdict.tolerance),
+            "outcome": settled[index], "history": spread.where,
+        })
+    return settled, rows
+
+
+def describe(row: Mapping[str, Any]) -> str:
+    """One metric's standing against its session spread, for a verdict's message."""
+    return (f"{row['metric']}: unchanged sessions read {row['unchanged_change']:+.1%} against the baseline, "
+            f"spread {row['session_spread']:.1%} ({row['sessions']} sessions in {row['history']}), so a change "
+            f"counts only beyond {row['least_tolerance']:.1%} (one unchanged session in 20 strays further); a stored "
+            f"baseline catches a slowdown of {row['catchable']:.1%} or more here")
+
+
+def too_wide(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows whose session spread needs more than the stored tolerance: there the baseline cannot catch what its
+    tolerance promises."""
+    return [row for row in rows if row["least_tolerance"] > row["tolerance"]]
+
+
+def ab_instead(test_id: str) -> str:
+    """The command that judges a smaller change on this machine: both sides in one job, measured at once."""
+    return (f"to judge a smaller change here, A/B it in one job, both sides measured at once: "
+            f"pytest '{test_id}' --perf-against REF --perf-ab-duet (docs/ab.md)")

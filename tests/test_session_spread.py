@@ -1,0 +1,111 @@
+"""The stored baseline judged with how far the case moves between sessions on this machine (the results history):
+the rules on chosen numbers, the gate on a fake measurer, and the spread read from a real SQLite history."""
+
+import math
+import warnings
+
+import pytest
+from fakes import METRIC, FakeMeasurer, make_plan
+
+from perfgate.config.settings import Settings
+from perfgate.judge import baselines, session_spread
+from perfgate.judge.baselines import Baseline, MetricBaseline
+from perfgate.judge.gate import Gate, SessionSpreadWarning, StoredBaseline
+from perfgate.judge.session_spread import FALSE_ALARM_Z, MIN_SESSIONS, SessionSpread
+from perfgate.outcome import CaseFailed
+
+HISTORY = "results/history.db"
+
+
+def spread(centre=100.0, relative=0.06, sessions=10, metric=METRIC):
+    return SessionSpread(metric, centre, relative, sessions, HISTORY)
+
+
+def test_too_few_sessions_say_nothing_and_only_the_newest_count():
+    assert SessionSpread.of(METRIC, [100.0] * (MIN_SESSIONS - 1), HISTORY) is None
+    found = SessionSpread.of(METRIC, [50.0] * 40 + [98.0, 99.0, 100.0, 101.0, 102.0] * 6, HISTORY)
+    assert (found.centre, found.sessions) == (100.0, 30)
+    assert found.spread == pytest.approx(1.4826 / 100)
+
+
+def test_the_least_tolerance_counts_where_unchanged_sessions_land_against_the_baseline():
+    """A baseline measured in a fast session: unchanged sessions read 5 % below it, so a FAIL needs 5 % more."""
+    centred, low = spread(centre=100.0), spread(centre=95.0)
+    width = 0.06 * math.sqrt(1 + math.pi / 2 / 10)
+    assert centred.least_tolerance(100.0, "higher", 0.03) == pytest.approx(FALSE_ALARM_Z * width)
+    assert low.least_tolerance(100.0, "higher", 0.03) == pytest.approx(0.05 + FALSE_ALARM_Z * width)
+    assert spread(relative=0.001).least_tolerance(100.0, "higher", 0.03) == 0.03, "never under the stored tolerance"
+    assert low.least_tolerance(100.0, "lower", 0.03) == pytest.approx(-0.05 + FALSE_ALARM_Z * width), \
+        "lower is better: sessions 5 % below the baseline are better, and leave 5 % less"
+    assert centred.catchable(100.0, "higher", 0.03) == pytest.approx((FALSE_ALARM_Z + 1.282) * width)
+
+
+class Verdict:
+    def __init__(self, change, better="higher", metric=METRIC, tolerance=0.05, baseline=100.0):
+        self.metric, self.change, self.better, self.tolerance, self.baseline = metric, change, better, tolerance, baseline
+
+
+def test_a_fail_within_the_spread_is_unresolved_and_one_beyond_it_stays_a_fail():
+    verdicts = [Verdict(-0.09), Verdict(-0.30, metric="other"), Verdict(+0.09, better="lower", metric="cpu")]
+    spreads = {METRIC: spread(), "other": spread(metric="other"), "cpu": spread(metric="cpu")}
+    outcomes, rows = session_spread.judge(spreads, verdicts, ["FAIL", "FAIL", "FAIL"])
+    assert outcomes == ["unresolved", "FAIL", "unresolved"]
+    assert [row["outcome"] for row in rows] == outcomes and rows[0]["sessions"] == 10
+
+
+def test_a_metric_without_a_spread_keeps_its_outcome_and_has_no_row():
+    assert session_spread.judge({}, [Verdict(-0.09)], ["FAIL"]) == (["FAIL"], [])
+
+
+def store(plan):
+    baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", {
+        METRIC: MetricBaseline(100.0, "higher", 0.05, "samples/s", (98.0, 99.0, 100.0, 101.0, 102.0))},
+        provenance={}, workload_version="1"))
+
+
+def gate(plan, values, spreads, **settings):
+    settings = Settings(**{"repeats": 3, **settings})
+    measurer = FakeMeasurer(plan, values)
+    return Gate(plan, settings, measurer, StoredBaseline(plan.baseline_file), root=plan.spec.workdir,
+                nvml=lambda: (None, "no NVML here"), spreads=spreads)
+
+
+def test_a_regression_within_the_session_spread_is_unresolved_naming_what_the_machine_can_catch(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan)
+    with pytest.warns(SessionSpreadWarning) as warned:
+        result = gate(plan, [90.0, 90.5, 91.0], {METRIC: spread()}).check()
+    assert result["verdict"] == "unresolved"
+    assert result["metrics"][0]["verdict"] == "unresolved" and result["session_spread"][0]["outcome"] == "unresolved"
+    message = str(warned[0].message)
+    assert "within how far this case moves between unchanged sessions here" in message
+    assert "spread 6.0% (10 sessions in results/history.db)" in message
+    assert "a stored baseline catches a slowdown of 18.9% or more here" in message
+    assert "--perf-against REF --perf-ab-duet" in message
+
+
+def test_without_the_spread_the_same_runs_fail_and_fail_unresolved_fails_them_with_it(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan)
+    with pytest.raises(CaseFailed, match="performance regression"):
+        gate(plan, [90.0, 90.5, 91.0], {}).check()
+    with pytest.raises(CaseFailed, match="within how far this case moves"):
+        gate(plan, [90.0, 90.5, 91.0], {METRIC: spread()}, fail_unresolved=True).check()
+
+
+def test_a_regression_beyond_the_spread_fails_and_its_message_gives_the_spread(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan)
+    with pytest.raises(CaseFailed) as failed:
+        gate(plan, [70.0, 70.5, 71.0], {METRIC: spread()}).check()
+    assert "performance regression" in str(failed.value) and "unchanged sessions read +0.0%" in str(failed.value)
+
+
+def test_a_pass_says_how_large_a_slowdown_the_machine_lets_it_catch_only_where_that_is_beyond_the_tolerance(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan)
+    with pytest.warns(SessionSpreadWarning, match="passed on k, but this machine's sessions spread wider"):
+        assert gate(plan, [99.0, 100.0, 101.0], {METRIC: spread()}).check()["verdict"] == "pass"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SessionSpreadWarning)
+        assert gate(plan, [99.0, 100.0, 101.0], {METRIC: spread(relative=0.01)}).check()["verdict"] == "pass"
