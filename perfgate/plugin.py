@@ -29,7 +29,7 @@ import pytest
 from perfgate.config.cases import CaseRun
 from perfgate.config.settings import Settings, add_options, resolve
 from perfgate.judge import known, revision
-from perfgate.judge.ab import ABGate, RevisionReference
+from perfgate.judge.ab import ABGate, RevisionReference, runs_duet
 from perfgate.judge.gate import Gate, SessionSpreadWarning, StoredBaseline
 from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch import environment, hardware
@@ -279,7 +279,7 @@ class PerfGate:
         self.request.node.user_properties.append((PROPERTY, result))
         measurer = Measurer(planned, result, launcher=launcher, root=state.root,
                             inject_slowdown=settings.inject_slowdown, nvml=state.nvml, say=self._say,
-                            tty=self._is_tty())
+                            tty=self._is_tty(planned))
         if reference is None:
             gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
                         pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
@@ -326,16 +326,18 @@ class PerfGate:
         else:
             spec = dataclasses.replace(planned.spec, workdir=self.workdir / "reference", python=reference.python)
         return Measurer(dataclasses.replace(planned, spec=spec), {"case": planned.run.key}, launcher=launcher,
-                        root=reference.root, nvml=self.state.nvml, say=self._say, tty=self._is_tty(),
+                        root=reference.root, nvml=self.state.nvml, say=self._say, tty=self._is_tty(planned),
                         label=f"{planned.run.key} @ {reference.name}")
 
     def _terminal(self) -> Any:
         return self.config.pluginmanager.get_plugin("terminalreporter")
 
-    def _is_tty(self) -> bool:
+    def _is_tty(self, planned: Plan) -> bool:
         """Whether progress may rewrite its line: on a terminal, unless a duet pair's two launches share it."""
         terminal = self._terminal()
-        return bool(terminal is not None and terminal.isatty()) and not self.state.settings.ab_duet
+        settings = self.state.settings
+        duet = bool(settings.against or settings.against_python) and runs_duet(settings, planned.run.kind)
+        return bool(terminal is not None and terminal.isatty()) and not duet
 
     def _say(self, line: str, overwrite: bool) -> None:
         """Writes past pytest's output capture, so progress shows while a case runs."""

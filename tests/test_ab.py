@@ -43,10 +43,15 @@ def run(pytester, *args):
     return pytester.runpytest_subprocess(*ARGS, *args, timeout=300)
 
 
+IN_TURN = "--perf-ab-in-turn"
+"""The sleeper's 6 measured steps last 120 ms, less than two launches' start may differ by: a duet pair (the default
+for a CPU flavour on the local launcher) would share too few of them, so the tests of pairs in turn ask for them."""
+
+
 @pytest.mark.launches
 def test_the_same_code_on_both_sides_passes_and_the_summary_names_both_commits(repo):
     head = git(repo.path, "rev-parse", "HEAD")
-    result = run(repo, "--perf-against", "HEAD", "-k", "sleep")
+    result = run(repo, "--perf-against", "HEAD", "-k", "sleep", IN_TURN)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*hardware class cpu-*, {head[:12]} vs HEAD ({head[:12]})*",
                                  "*sleeper-sleep-cpu*fastest_step_samples_per_second*pass*",
@@ -60,7 +65,7 @@ def test_the_same_code_on_both_sides_passes_and_the_summary_names_both_commits(r
     assert worktrees(repo.path) == [f"worktree {repo.path}"], "the reference's checkout is removed at the end"
 
 
-@pytest.mark.parametrize("duet", [[], ["--perf-ab-duet"]], ids=["in-turn", "duet"])
+@pytest.mark.parametrize("duet", [[IN_TURN], []], ids=["in-turn", "duet"])
 @pytest.mark.launches
 def test_sigterm_during_a_reference_launch_ends_the_session_and_removes_the_reference_checkout(repo, tmp_path, duet):
     """CI cancels a job with SIGTERM; the reference's worktree must not outlive the session, nor, under duet, the
@@ -90,12 +95,12 @@ def measured_span(run_dir):
 
 @pytest.mark.launches
 def test_under_duet_both_sides_of_each_pair_measure_at_the_same_time(repo):
-    """--perf-ab-duet: a slow spell of the host must fall on both sides, so their measured steps must coincide. The
-    two launches may start as far apart as a torch import takes here: 6 measured steps span three of those."""
+    """Duet, the default for a CPU flavour on the local launcher: a slow spell of the host must fall on both sides, so
+    their measured steps must coincide. The two launches may start as far apart as a torch import takes here: 6
+    measured steps span three of those."""
     repo.makepyfile(sleeper=SLEEPER.format(step_s=max(0.5, python_start_s() / 2)))
     git(repo.path, "commit", "-qam", "steps long enough to overlap")
-    result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-ab-duet", "--perf-max-repeats", "2",
-                 "--perf-steps", "8")
+    result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-max-repeats", "2", "--perf-steps", "8")
     result.assert_outcomes(passed=1)
     assert result_of(repo, "sleep")["duet"] is True
     candidate_dir = max(repo.path.glob("**/test_case_sleep_cpu_0"), key=lambda p: p.stat().st_mtime)
@@ -217,7 +222,7 @@ def test_a_duet_side_is_measured_again_on_the_span_or_fails_saying_so_where_too_
 
 @pytest.mark.launches
 def test_a_commit_twice_as_slow_fails_against_its_parent(repo):
-    result = run(repo, "--perf-against", "HEAD~1", "-k", "sleep")
+    result = run(repo, "--perf-against", "HEAD~1", "-k", "sleep", IN_TURN)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*sleeper-sleep-cpu: performance regression on cpu-*",
                                  "*baseline: HEAD~1 (*), measured beside it in *reference"])
@@ -225,7 +230,7 @@ def test_a_commit_twice_as_slow_fails_against_its_parent(repo):
 
 @pytest.mark.launches
 def test_a_planted_slowdown_goes_into_the_candidate_only(repo):
-    result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-inject-slowdown", "1")
+    result = run(repo, "--perf-against", "HEAD", "-k", "sleep", "--perf-inject-slowdown", "1", IN_TURN)
     result.assert_outcomes(failed=1)
     stored = result_of(repo, "sleep")
     assert "--inject-slowdown" not in stored["reference"]["command"]
@@ -260,32 +265,25 @@ def test_a_refused_reference_is_a_usage_error_before_any_case_runs(repo):
     assert worktrees(repo.path) == [f"worktree {repo.path}"]
 
 
-@pytest.mark.serial
 @pytest.mark.launches
-def test_the_unchanged_build_passes_a_b_beside_two_busy_processes(pytester):
-    """A loaded CI runner: the real tiny OpenCLIP on 2 gloo ranks, A/B of HEAD against HEAD, while two processes keep
-    both cores busy; the pairs must not read the load as a regression.
+def test_the_unchanged_build_passes_a_b_with_the_defaults_beside_two_busy_processes(pytester):
+    """A loaded CI runner: the real tiny OpenCLIP on 2 gloo ranks, A/B of HEAD against HEAD with the default pairing
+    (duet, both sides at once, ranks pinned alike), while two processes keep both cores busy; the pairs must not read
+    the load as a regression.
 
-    Serial, so that the load is the two busy processes it names: an in-turn pair cancels a drift, not a neighbour
-    whose launches start and stop with ours. Beside the other xdist worker's launches, the candidate's three ran at
-    103-126 samples/s and the reference's at 160-165 (-27.8 %, failed); beside the busy processes alone, three
-    sessions read -4.8 %, +0.7 % and +3.7 %.
+    In turn, a pair cancels a drift but not a neighbour whose launches start and stop with ours: beside the other
+    xdist worker's launches one session read -27.8 %, and on a slower VM plain A/B failed unchanged builds beside two
+    busy processes. A duet pair's sides meet the same load at once, so this test needs no machine of its own.
 
-    The case gates the window's throughput: under sustained load the fastest step (what CPU flavours gate by
-    default) is the extreme of steps that vary from 155 to 300 ms, and identical runs measured 165-206 samples/s
-    by it (a -13 % "regression" in one CI run under load) against 138.7-149.1 by the window.
-
-    Three pairs first and a 20 % tolerance: the load halves the throughput (61-68 samples/s in CI beside the other
-    xdist worker, 120-145 beside the busy processes alone), which a stored baseline would read as -50 %, while the
-    pairs' log ratios spread 4.5-9.8 % (sd of 4 pairs, 4 sessions beside two busy processes and a training job). At
-    2 pairs first and 10 % the gate's own rules (simulated as benchmarks/ab_power.py does) flag 1.2-2.5 % of
-    unchanged builds at that spread, and one CI run read +10.7 % (stale); at 3 and 20 %, 0.01-0.04 %."""
+    The case gates the window's throughput, measured on the span both sides ran in, with a 20 % tolerance: the load
+    halves the throughput, and the test is about the verdict's footing, not its resolution (benchmarks/
+    detection_power.py measures that: docs/measurements.md)."""
     workload = REPO / "workloads" / "openclip_train.py"
     pytester.makepyfile(test_suite=f"""
 from perfgate import Case, Flavour, parametrize
 
 TINY = {{"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 16, "workers": 0}}
-CASES = [Case("openclip", "tiny", ({str(workload)!r},), cpu=Flavour(TINY, steps=12, warmup=2, timeout_s=240),
+CASES = [Case("openclip", "tiny", ({str(workload)!r},), cpu=Flavour(TINY, steps=16, warmup=2, timeout_s=240),
               gated=("samples_per_second",))]
 
 @parametrize(CASES)
@@ -299,5 +297,6 @@ def test_case(perfgate, case):
         result = pytester.runpytest_subprocess(*ARGS, "--perf-repeats", "3", "--perf-against", "HEAD",
                                                "--perf-ab-tolerance", "0.2", timeout=600)
     result.assert_outcomes(passed=1)
-    assert result_of(pytester, "tiny")["verdict"] == "pass"
+    stored = result_of(pytester, "tiny")
+    assert (stored["verdict"], stored["duet"], len(stored["per_run"])) == ("pass", True, 3)
 

@@ -26,7 +26,9 @@ def suite(pytester):
 
 
 def run(pytester, *args, python=OTHER):
-    return pytester.runpytest_subprocess(*ARGS, f"--perf-against-python={python}", *args, timeout=300)
+    """In turn: the sleeper's 120 ms of measured steps are shorter than two launches' start may differ by."""
+    return pytester.runpytest_subprocess(*ARGS, f"--perf-against-python={python}", "--perf-ab-in-turn", *args,
+                                         timeout=300)
 
 
 FLOOR = REPO / ".venv-floor" / "bin" / "python"

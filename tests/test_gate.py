@@ -216,7 +216,8 @@ def ab_gate(plan, reference_values, candidate_values, **settings):
     candidate = FakeMeasurer(plan, candidate_values, log=order, name="candidate")
     reference = FakeMeasurer(plan, reference_values, log=order, name="reference")
     revision = Revision("main", "0123456789abcdef", plan.spec.workdir / "tree")
-    gate = ABGate(plan, Settings(**{"repeats": 2, "max_repeats": 4, **settings}), candidate,
+    in_turn = not settings.get("ab_duet")  # each launch in the order the test sees; duet where it asks for it
+    gate = ABGate(plan, Settings(**{"repeats": 2, "max_repeats": 4, "ab_in_turn": in_turn, **settings}), candidate,
                   RevisionReference(revision, reference, plan, 0.02), root=plan.spec.workdir, nvml=lambda: (None, ""))
     return gate, candidate, order
 
@@ -239,6 +240,19 @@ def test_duet_pairs_judge_as_pairs_in_turn_do_and_the_result_says_duet(tmp_path)
         gate.check()
     assert sorted(order) == ["candidate", "candidate", "reference", "reference"]
     assert candidate.result["duet"] is True
+
+
+@pytest.mark.parametrize("kind, launcher, flags, duet", [
+    ("cpu", "local", {}, True), ("cpu", "local", {"ab_in_turn": True}, False), ("gpu", "local", {}, False),
+    ("cpu", "slurm", {}, False), ("cpu", "ssh", {}, False), ("cpu", "local", {"ab_duet": True}, True),
+    ("gpu", "local", {"ab_duet": True}, True)])
+def test_duet_is_the_default_for_cpu_flavours_on_the_local_launcher_and_either_flag_decides(kind, launcher, flags,
+                                                                                             duet):
+    """Duet pairs read steadier than pairs in turn in every condition measured on shared cores; a GPU case's sides
+    would share its GPUs, and a remote launcher would start two jobs on the cluster (--perf-ab-duet refuses both)."""
+    from perfgate.judge.ab import runs_duet
+
+    assert runs_duet(Settings(launcher=launcher, **flags), kind) is duet
 
 
 def test_duet_refuses_a_gpu_flavour_before_any_launch(tmp_path):
@@ -512,8 +526,8 @@ def test_ab_judges_the_cpu_clock_with_the_ab_tolerance_and_the_wall_clock_with_t
         plan, _, candidate = two_clock_gate(tmp_path, candidate_values)
         reference = TwoClockMeasurer(plan, reference_values)
         revision = Revision("main", "0123456789abcdef", plan.spec.workdir / "tree")
-        return ABGate(plan, Settings(repeats=4, max_repeats=4), candidate, RevisionReference(revision, reference, plan,
-                      0.02), root=plan.spec.workdir, nvml=lambda: (None, "")), candidate
+        return ABGate(plan, Settings(repeats=4, max_repeats=4, ab_in_turn=True), candidate, RevisionReference(
+            revision, reference, plan, 0.02), root=plan.spec.workdir, nvml=lambda: (None, "")), candidate
 
     steady = [(100.0, 0.0200), (101.0, 0.0201), (99.0, 0.0199), (100.0, 0.0200)]
     slower_wall = [(w / 1.04, c) for w, c in steady]

@@ -81,7 +81,7 @@ def test_a_regression_within_the_session_spread_is_unresolved_naming_what_the_ma
     assert "within how far this case moves between unchanged sessions here" in message
     assert "spread 6.0% (10 sessions in results/history.db)" in message
     assert "a stored baseline catches a slowdown of 18.9% or more here" in message
-    assert "--perf-against REF --perf-ab-duet" in message
+    assert "--perf-against REF (a CPU flavour on the local launcher" in message
 
 
 def test_without_the_spread_the_same_runs_fail_and_fail_unresolved_fails_them_with_it(tmp_path):

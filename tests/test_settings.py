@@ -40,6 +40,8 @@ def test_help_lists_every_option_with_its_text(pytester):
                              "without it there are no pairs"),
         (["--perf-against", "HEAD", "--perf-ab-duet", "--launcher", "slurm"], "--launcher slurm would start two jobs at "
                                                                               "once on the cluster's nodes"),
+        (["--perf-against", "HEAD", "--perf-ab-duet", "--perf-ab-in-turn"], "--perf-ab-duet and --perf-ab-in-turn each "
+                                                                            "say how a pair is launched; give one"),
         (["--perf-against", "HEAD", "--perf-ab-resolve", "0.02"], "--perf-ab-resolve 0.02 is not above "
                                                                   "--perf-ab-tolerance 0.02: a slowdown within the"),
     ],

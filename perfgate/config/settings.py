@@ -208,8 +208,12 @@ OPTIONS = (
     Option("--perf-ab-duet", "ab_duet", "under --perf-against(-python), launch the two sides of each pair at the "
            "same time on this host's cores instead of one after the other (duet benchmarking): a slow spell of a shared "
            "host then falls on both, and each side's CPU clock counts its own work; the two sides' ranks are pinned "
-           "to share the cores alike, and each side is measured on the steps it ran while the other ran; for CPU "
-           "flavours on the local launcher, since a GPU case's sides would share its GPUs (docs/ab.md)"),
+           "to share the cores alike, and each side is measured on the steps it ran while the other ran. The default "
+           "for CPU flavours on the local launcher; this flag makes any other case an error, as a GPU case's sides "
+           "would share its GPUs (docs/ab.md)"),
+    Option("--perf-ab-in-turn", "ab_in_turn", "under --perf-against(-python), launch the two sides of each pair one "
+           "after the other, every other pair starting with the candidate, also where duet is the default (CPU "
+           "flavours on the local launcher); what GPU flavours and the slurm and ssh launchers always do"),
     Option("--fail-unresolved", "fail_unresolved", "fail a case left unresolved: by --perf-ab-resolve, or by a "
            "regression within how far the case moves between sessions here (--perf-history) (default: warn)"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
@@ -267,6 +271,7 @@ class Settings:
     ab_budget: float | None = None
     ab_resolve: float | None = None
     ab_duet: bool = False
+    ab_in_turn: bool = False
     fail_unresolved: bool = False
     json_path: Path | None = None
     results_path: Path | None = None
@@ -346,6 +351,9 @@ def resolve(config: pytest.Config) -> Settings:
         if given is not None and not (settings.against or settings.against_python):
             raise pytest.UsageError(f"perfgate: {flag} is about the pairs of --perf-against(-python); without it "
                                     "there are no pairs (the stored-baseline gate is limited by --perf-max-repeats)")
+    if settings.ab_duet and settings.ab_in_turn:
+        raise pytest.UsageError("perfgate: --perf-ab-duet and --perf-ab-in-turn each say how a pair is launched; "
+                                "give one (without either, CPU flavours on the local launcher run duet, others in turn)")
     if settings.ab_duet and not (settings.against or settings.against_python):
         raise pytest.UsageError("perfgate: --perf-ab-duet launches the two sides of each pair of --perf-against(-python) "
                                 "at once; without it there are no pairs")

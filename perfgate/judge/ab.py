@@ -1,8 +1,9 @@
 """A/B in one job (``--perf-against REF``): the working tree judged against a reference revision measured
 beside it, launch for launch, so that a machine's drift falls on both alike.
 
-Launches come in pairs whose order alternates (ABBA...), or, under --perf-ab-duet, whose two launches run at
-the same time, so that a shared host's slow spells fall on both. The reference's runs so far stand in for a
+Launches come in pairs whose two launches run at the same time (duet: the default of a CPU flavour on the local
+launcher, or --perf-ab-duet), so that a shared host's slow spells fall on both, or pairs whose order alternates
+(ABBA...: GPU flavours, the slurm and ssh launchers, --perf-ab-in-turn). The reference's runs so far stand in for a
 stored baseline, with --perf-ab-tolerance as its tolerance, and the candidate is judged pair by pair
 (stats.compare_pairs: a paired t interval of the runs' log ratios), since drift moves both runs of a
 pair alike; the gate's decision rules apply. An inconclusive verdict measures another pair, up to
@@ -17,6 +18,7 @@ import statistics
 import time
 from typing import Any, Sequence
 
+from perfgate.config.settings import Settings
 from perfgate.judge import baselines
 from perfgate.judge.gate import Gate
 from perfgate.judge.revision import Revision
@@ -31,6 +33,15 @@ RESOLVE_PAIRS = 20
 """--perf-ab-resolve's pair cap where --perf-max-repeats gives none: simulated with the gate's rules
 (benchmarks/ab_power.py --resolve 0.05), 5 % slowdowns took 7.4 pairs on average at a 3.6 % pair spread and 10 at
 5 %, and 20 pairs caught 98 % and 92 % of them."""
+
+
+def runs_duet(settings: Settings, kind: str) -> bool:
+    """Whether each pair's two sides run at once: asked for (--perf-ab-duet), or by default for a CPU flavour on the
+    local launcher, where duet pairs read steadier than pairs in turn in every condition measured, quiet or beside
+    busy processes (docs/measurements.md); --perf-ab-in-turn keeps them apart."""
+    if settings.ab_duet or settings.ab_in_turn:
+        return settings.ab_duet
+    return kind == "cpu" and settings.launcher == "local"
 
 
 class RevisionReference:
@@ -99,13 +110,17 @@ class ABGate(Gate):
             return self.settings.max_repeats
         return RESOLVE_PAIRS if self.settings.ab_resolve else self.settings.repeats + 2
 
+    @property
+    def duet(self) -> bool:
+        return runs_duet(self.settings, self.plan.run.kind)
+
     def check(self) -> dict[str, Any]:
         if self.settings.ab_duet and self.plan.run.kind == "gpu":
             raise CaseFailed(f"{self.plan.run.key}: --perf-ab-duet launches both sides of a pair at once, and on a GPU "
                              "flavour they would share its GPUs, each measuring the other's work: leave --perf-ab-duet "
                              "out for GPU cases (-m gpu), or select CPU flavours (-m cpu)")
         self.started, self.pair_seconds = self.clock(), []
-        if self.settings.ab_duet:
+        if self.duet:
             self.result["duet"] = True
         try:
             for _ in range(self.settings.repeats):
@@ -142,13 +157,13 @@ class ABGate(Gate):
         return self.reference.load()
 
     def _pair(self, planned: int) -> None:
-        """One launch of each side: under --perf-ab-duet both at once, else one after the other, every other pair
-        starting with the candidate (ABBA)."""
+        """One launch of each side: under duet both at once, else one after the other, every other pair starting with
+        the candidate (ABBA)."""
         sides = [self.reference.measurer, self.measurer]
         if len(self.measurer.measurement.runs) % 2:
             sides.reverse()
         began = self.clock()
-        if self.settings.ab_duet:
+        if self.duet:
             launch_together(sides, planned)
         else:
             for side in sides:

@@ -108,5 +108,5 @@ def too_wide(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 def ab_instead(test_id: str) -> str:
     """The command that judges a smaller change on this machine: both sides in one job, measured at once."""
-    return (f"to judge a smaller change here, A/B it in one job, both sides measured at once: "
-            f"pytest '{test_id}' --perf-against REF --perf-ab-duet (docs/ab.md)")
+    return (f"to judge a smaller change here, A/B it in one job: pytest '{test_id}' --perf-against REF (a CPU flavour "
+            "on the local launcher measures both sides at once: docs/ab.md)")

@@ -236,7 +236,8 @@ class Measurer:
         if len(kept.steps) - self.plan.warmup < MIN_OVERLAP_STEPS:
             raise CaseFailed(f"{self._label}: run {run['run'] + 1} of a duet pair ran only "
                              f"{len(kept.steps) - self.plan.warmup} of its measured steps while the other side ran: "
-                             "one side started or ended far from the other; give the case more steps (--perf-steps)")
+                             "one side started or ended far from the other; give the case more steps (--perf-steps), or "
+                             "launch the sides in turn (--perf-ab-in-turn)")
         measured = metrics.compute(kept, self.plan.warmup, self.plan.world_size).as_dict()
         measured["total_time_secs"] = run["metrics"]["total_time_secs"]
         run["metrics"] = measured
