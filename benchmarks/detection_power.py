@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
@@ -51,10 +52,11 @@ from background_load import busy_processes, training_job  # noqa: E402
 
 from perfgate.config.cases import baseline_path  # noqa: E402
 from perfgate.config.settings import Settings  # noqa: E402
-from perfgate.judge import baselines  # noqa: E402
+from perfgate.judge import baselines, machine_drop, session_spread  # noqa: E402
 from perfgate.judge.gate import undecided  # noqa: E402
+from perfgate.judge.session_spread import SessionSpread  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
-from perfgate.measure.metrics import METRICS  # noqa: E402
+from perfgate.measure.metrics import CALIBRATION_PROBE, METRICS  # noqa: E402
 
 
 def pytest_command(args: argparse.Namespace, baseline_dir: Path, *extra: str) -> list[str]:
@@ -174,6 +176,56 @@ def print_rejudged(path: Path) -> None:
               f"{max(t['seconds'] for t in mine):.0f} s / {max(seconds):.0f} s |")
 
 
+class RecordedVerdict(NamedTuple):
+    """A trial's gated metric as the session-spread rule reads it (judge.session_spread.judge's verdicts)."""
+
+    metric: str
+    change: float
+    better: str
+    tolerance: float
+    baseline: float
+
+
+def with_machine_rules(trials: list[dict], baseline_probe: float | None) -> list[tuple[bool, bool]]:
+    """Each stored-baseline trial decided again as the gate now does: with the session spread a results history of
+    the unplanted trials before it gives (--perf-history), and with the probe's drop (judge.machine_drop). Whether
+    it fails, and whether the two rules left it unresolved."""
+    history: dict[str, list[float]] = {}
+    decided = []
+    for trial in trials:
+        rows = trial["metrics"]
+        spreads = {metric: found for metric, values in history.items()
+                   if (found := SessionSpread.of(metric, values, "the trials before")) is not None}
+        verdicts = [RecordedVerdict(row["metric"], row["change"], METRICS[row["metric"]].better, row["tolerance"],
+                                    row["baseline"]) for row in rows]
+        outcomes, _ = session_spread.judge(spreads, verdicts, [row["verdict"] for row in rows])
+        probes = [run[CALIBRATION_PROBE] for run in trial.get("probes", []) if run.get(CALIBRATION_PROBE)]
+        now = {CALIBRATION_PROBE: statistics.median(probes)} if probes else {}
+        outcomes, _ = machine_drop.judge(verdicts, outcomes,
+                                         machine_drop.probe_change({CALIBRATION_PROBE: baseline_probe}, now))
+        decided.append(("FAIL" in outcomes, "FAIL" not in outcomes and "unresolved" in outcomes))
+        if trial["slowdown"] == 0:
+            for row in rows:
+                history.setdefault(row["metric"], []).append(statistics.median(row["run_values"]))
+    return decided
+
+
+def print_spread_rejudged(path: Path) -> None:
+    """Each size's stored-baseline trials as recorded and as the session-spread and probe rules decide them."""
+    recorded = json.loads(path.read_text())
+    if recorded["against"] is not None:
+        return
+    trials = [t for t in recorded["trials"] if t["metrics"]]
+    again = with_machine_rules(trials, recorded["baseline"]["provenance"]["measured"].get(CALIBRATION_PROBE))
+    print("\n| planted slowdown | trials | failed: recorded / with the session spread and the probe rule | "
+          "left unresolved by them |")
+    print("|---|---|---|---|")
+    for size in sorted({t["slowdown"] for t in trials}):
+        mine = [(t, decided) for t, decided in zip(trials, again) if t["slowdown"] == size]
+        print(f"| {size:.0%} | {len(mine)} | {sum(t['failed'] for t, _ in mine)} / "
+              f"{sum(failed for _, (failed, _) in mine)} | {sum(open_ for _, (_, open_) in mine)} |")
+
+
 def measure_baseline(args: argparse.Namespace, baseline_dir: Path) -> dict:
     code, seconds = run_session(pytest_command(args, baseline_dir, "--update-baselines"))
     if code != 0:
@@ -226,6 +278,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.rejudge:
         print_rejudged(args.rejudge)
+        print_spread_rejudged(args.rejudge)
         return 0
     # A SIGTERM leaves through the with blocks below, so the load, the running session and the scratch go with it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

@@ -66,3 +66,17 @@ def test_the_first_look_comes_after_the_trials_own_perf_repeats():
     assert detection_power.first_runs([]) == 3
     assert detection_power.first_runs(["--perf-steps", "20", "--perf-repeats", "5"]) == 5
     assert detection_power.first_runs(["--perf-repeats=4"]) == 4
+
+
+def test_the_machine_rules_leave_a_wall_fail_of_a_slowed_machine_unresolved_and_a_planted_cpu_fail_failed():
+    def trial(slowdown, wall, cpu, probe):
+        return {"slowdown": slowdown, "probes": [{"probe_matmul_gflops": probe}],
+                "metrics": [{"metric": "fastest_step_samples_per_second", "change": wall, "tolerance": 0.06,
+                             "baseline": 100.0, "verdict": "FAIL" if wall < -0.06 else "pass",
+                             "run_values": [100.0 * (1 + wall)]},
+                            {"metric": "cpu_seconds_per_sample", "change": cpu, "tolerance": 0.05, "baseline": 0.01,
+                             "verdict": "FAIL" if cpu > 0.05 else "pass", "run_values": [0.01 * (1 + cpu)]}]}
+
+    trials = [trial(0, -0.25, 0.01, 60.0), trial(0.1, -0.25, 0.10, 60.0), trial(0, -0.25, 0.01, 100.0)]
+    assert detection_power.with_machine_rules(trials, baseline_probe=100.0) == [
+        (False, True), (True, False), (True, False)]

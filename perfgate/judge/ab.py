@@ -87,7 +87,9 @@ class RevisionReference:
 
 
 class ABGate(Gate):
-    """Measures the candidate and the reference in alternating pairs and judges one against the other."""
+    """Measures the candidate and the reference in pairs (at once, or in turn) and judges one against the other."""
+
+    weighs_machine = False
 
     reference: RevisionReference
     clock = staticmethod(time.monotonic)

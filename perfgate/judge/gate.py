@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines, session_spread
+from perfgate.judge import baselines, machine_drop, session_spread
 from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch import hardware
 from perfgate.launch.plan import Plan
@@ -128,6 +128,9 @@ class Gate:
     """How the runs are set against the baseline's: as independent samples (a baseline measured at another time)."""
     resolution: float | None = None
     """The slowdown a pass must rule out (stats.decide's ``resolve``); A/B's --perf-ab-resolve."""
+    weighs_machine = True
+    """Whether a wall-clock FAIL that the machine-speed probe's drop covers is left unresolved (machine_drop): against
+    a stored baseline; A/B's pairs meet the machine's speed on both sides."""
 
     def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
                  root: Path, pytest_args: str = "",
@@ -182,16 +185,22 @@ class Gate:
             baseline = self.measure_more(baseline, cap)
         outcomes, spread_rows = session_spread.judge(self.spreads, verdicts,
                                                      [stats.settle(v.decision).outcome for v in verdicts])
+        machine = (machine_drop.probe_change(baseline.provenance.get("measured", {}), measurement.medians())
+                   if self.weighs_machine and not self.settings.calibrate else None)
+        outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine)
         result["metrics"] = [{**verdict_row(v, outcome), "run_values": current[v.metric],
                               "baseline_runs": list(baseline.metrics[v.metric].samples)}
                              for v, outcome in zip(verdicts, outcomes)]
         if spread_rows:
             result["session_spread"] = spread_rows
+        if drop_rows:
+            result["machine_drop"] = drop_rows
         self.check_plant(verdicts, measurement)
         planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
                    if self.settings.inject_slowdown else "")
         details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.get("calibration"))
-                            + [f"  {session_spread.describe(row)}" for row in spread_rows])
+                            + [f"  {session_spread.describe(row)}" for row in spread_rows]
+                            + [f"  {machine_drop.describe(row)}" for row in drop_rows])
         if "FAIL" in outcomes:
             result["verdict"] = "FAIL"
             raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{planted}\n{details}\n"
@@ -206,8 +215,9 @@ class Gate:
                 raise CaseFailed(message)
             warnings.warn(StaleBaselineWarning(message))
             return result
-        if any(row["outcome"] == "unresolved" for row in spread_rows):
-            return self.within_session_spread(f"{planted}\n{details}")
+        within_spread = any(row["outcome"] == "unresolved" for row in spread_rows)
+        if within_spread or drop_rows:
+            return self.left_unresolved(f"{planted}\n{details}", within_spread, bool(drop_rows))
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
         result["verdict"] = "pass"
@@ -217,17 +227,20 @@ class Gate:
                 f"stored tolerance{planted}\n{details}\n{session_spread.ab_instead(result.get('test', plan.run.key))}"))
         return result
 
-    def within_session_spread(self, details: str) -> dict[str, Any]:
-        """A regression beyond the stored tolerance but within how far unchanged sessions of the case stray here:
-        neither a FAIL (1 session in 20 of unchanged code reads that far) nor a pass."""
+    def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> dict[str, Any]:
+        """A regression beyond the stored tolerance that this machine explains as well as the code: within how far
+        unchanged sessions of the case stray here (1 in 20 reads that far), or a wall-clock drop that the probe's
+        matches while the CPU clock held. Neither a FAIL nor a pass."""
         plan = self.plan
         self.result["verdict"] = "unresolved"
-        message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but within how far "
-                   f"this case moves between unchanged sessions here{details}\n"
-                   f"{session_spread.ab_instead(self.result.get('test', plan.run.key))}")
+        why = [reason for reason, holds in (
+            ("within how far this case moves between unchanged sessions here", within_spread),
+            ("the machine ran slower by as much while the CPU clock held", machine_dropped)) if holds]
+        message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but "
+                   f"{' and '.join(why)}{details}\n{session_spread.ab_instead(self.result.get('test', plan.run.key))}")
         if self.settings.fail_unresolved:
             raise CaseFailed(message)
-        warnings.warn(SessionSpreadWarning(message))
+        warnings.warn(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
         return self.result
 
     def unresolved(self, verdicts: list[baselines.MetricVerdict], baseline: baselines.Baseline,
