@@ -42,7 +42,8 @@ def test_the_least_tolerance_counts_where_unchanged_sessions_land_against_the_ba
 
 class Verdict:
     def __init__(self, change, better="higher", metric=METRIC, tolerance=0.05, baseline=100.0):
-        self.metric, self.change, self.better, self.tolerance, self.baseline = metric, change, better, tolerance, baseline
+        self.metric, self.change, self.better = metric, change, better
+        self.tolerance, self.baseline = tolerance, baseline
 
 
 def test_a_fail_within_the_spread_is_unresolved_and_one_beyond_it_stays_a_fail():
@@ -51,6 +52,15 @@ def test_a_fail_within_the_spread_is_unresolved_and_one_beyond_it_stays_a_fail()
     outcomes, rows = session_spread.judge(spreads, verdicts, ["FAIL", "FAIL", "FAIL"])
     assert outcomes == ["unresolved", "FAIL", "unresolved"]
     assert [row["outcome"] for row in rows] == outcomes and rows[0]["sessions"] == 10
+
+
+def test_a_pass_worse_than_the_unchanged_sessions_beyond_their_spread_fails():
+    """The machine outran the baseline: unchanged sessions read 8 % faster than it, so a 10 % slowdown reads only
+    -2.8 % against the baseline and would pass."""
+    outcomes, rows = session_spread.judge({METRIC: spread(centre=108.0, relative=0.01)}, [Verdict(-0.028)], ["pass"])
+    assert outcomes == ["FAIL"] and rows[0]["against_sessions"] == pytest.approx(0.1, abs=0.001)
+    steady, _ = session_spread.judge({METRIC: spread(centre=108.0, relative=0.01)}, [Verdict(+0.07)], ["stale"])
+    assert steady == ["stale"], "within the spread of the sessions: the baseline is stale, the code is not slower"
 
 
 def test_a_metric_without_a_spread_keeps_its_outcome_and_has_no_row():
@@ -98,7 +108,9 @@ def test_a_regression_beyond_the_spread_fails_and_its_message_gives_the_spread(t
     store(plan)
     with pytest.raises(CaseFailed) as failed:
         gate(plan, [70.0, 70.5, 71.0], {METRIC: spread()}).check()
-    assert "performance regression" in str(failed.value) and "unchanged sessions read +0.0%" in str(failed.value)
+    assert "performance regression" in str(failed.value)
+    assert "+29.5% worse than the sessions the history holds; those read +0.0% against the baseline" in \
+        str(failed.value)
 
 
 def test_a_pass_says_how_large_a_slowdown_the_machine_lets_it_catch_only_where_that_is_beyond_the_tolerance(tmp_path):

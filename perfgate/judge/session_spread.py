@@ -4,8 +4,9 @@ A stored baseline's tolerance comes from the spread of the launches inside the s
 runner a case moves further between sessions (caches, clocks, neighbours that come and go), and no statistic inside
 one session sees that. The results history (``--perf-history``) holds what the case's earlier sessions read on this
 hardware class: their median says where an unchanged session lands against the baseline, their spread how far it
-strays. A regression the gate would call inside that spread is left unresolved, never a FAIL; a pass says how large
-a slowdown the machine lets a stored baseline catch, and the A/B command that catches a smaller one.
+strays. A regression the gate would call inside that spread is left unresolved, never a FAIL; a session worse than
+their median beyond the spread fails even where the baseline, outrun by the machine since, would pass it; a pass
+says how large a slowdown the machine lets a stored baseline catch, and the A/B command that catches a smaller one.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ class SessionSpread:
         """The least worsening that 19 unchanged sessions in 20 stay within, never under the stored tolerance."""
         return max(tolerance, self.offset(baseline, better) + FALSE_ALARM_Z * self.width)
 
+    def against(self, value: float, better: str) -> float:
+        """How much worse than the unchanged sessions' median ``value`` is (negative: better)."""
+        return worsening(value / self.centre - 1.0, better)
+
     def catchable(self, baseline: float, better: str, tolerance: float) -> float:
         """The smallest slowdown that fails 9 sessions in 10 against ``baseline`` on this machine."""
         return self.least_tolerance(baseline, better, tolerance) - self.offset(baseline, better) + CATCH_Z * self.width
@@ -73,28 +78,34 @@ def worsening(change: float, better: str) -> float:
 def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcomes: Sequence[str]
           ) -> tuple[list[str], list[dict[str, Any]]]:
     """The outcomes once each metric's session spread is known, and a row per metric that has one: a FAIL within
-    the spread becomes unresolved. ``verdicts``: the gate's MetricVerdicts, ``outcomes`` their settled outcomes."""
+    the spread becomes unresolved, and any other outcome a FAIL where the session is worse than the unchanged sessions'
+    median by more than the tolerance and 1.645 spreads (a baseline the machine has since outrun would pass it).
+    ``verdicts``: the gate's MetricVerdicts, ``outcomes`` their settled outcomes."""
     settled, rows = list(outcomes), []
     for index, verdict in enumerate(verdicts):
         spread = spreads.get(verdict.metric)
         if spread is None:
             continue
         least = spread.least_tolerance(verdict.baseline, verdict.better, verdict.tolerance)
+        against_sessions = spread.against(verdict.baseline * (1.0 + verdict.change), verdict.better)
         if settled[index] == "FAIL" and worsening(verdict.change, verdict.better) <= least:
             settled[index] = "unresolved"
+        elif settled[index] != "FAIL" and against_sessions > max(verdict.tolerance, FALSE_ALARM_Z * spread.width):
+            settled[index] = "FAIL"
         rows.append({
             "metric": verdict.metric, "change": verdict.change, "tolerance": verdict.tolerance,
             "sessions": spread.sessions, "session_spread": spread.spread,
             "unchanged_change": spread.centre / verdict.baseline - 1.0, "least_tolerance": least,
             "catchable": spread.catchable(verdict.baseline, verdict.better, verdict.tolerance),
-            "outcome": settled[index], "history": spread.where,
+            "against_sessions": against_sessions, "outcome": settled[index], "history": spread.where,
         })
     return settled, rows
 
 
 def describe(row: Mapping[str, Any]) -> str:
     """One metric's standing against its session spread, for a verdict's message."""
-    return (f"{row['metric']}: unchanged sessions read {row['unchanged_change']:+.1%} against the baseline, "
+    return (f"{row['metric']}: {row['against_sessions']:+.1%} worse than the sessions the history holds; those read "
+            f"{row['unchanged_change']:+.1%} against the baseline, "
             f"spread {row['session_spread']:.1%} ({row['sessions']} sessions in {row['history']}), so a change "
             f"counts only beyond {row['least_tolerance']:.1%} (one unchanged session in 20 strays further); a stored "
             f"baseline catches a slowdown of {row['catchable']:.1%} or more here")
