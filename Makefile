@@ -1,4 +1,5 @@
-# make perf: the perf suite on this machine (CPU flavour without a GPU), reports in results/. make test: the harness's tests
+# make perf: the perf suite on this machine (CPU flavour without a GPU), reports and the results history in results/
+# (each session's spread there judges the next: docs/gate.md). make test: the harness's tests
 # (two xdist workers, then the serial-marked ones alone). make test-unit: the unit tests alone (no process launched), the
 # inner loop while changing perfgate.
 # make baselines: measure and write this machine's baselines of the default cases, for review (nothing is committed).
@@ -57,7 +58,8 @@ $(OTHER_STAMP): $(STAMP) requirements-other.txt
 
 perf: $(STAMP)
 	PERFGATE_BASELINES_COMMAND="make baselines" \
-	$(BIN)/python -m pytest tests_perf --perf-json results/perf.json --perf-report results/report $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests_perf --perf-json results/perf.json --perf-report results/report \
+	  --perf-history results/history.db $(PYTEST_ARGS)
 
 # This machine's baselines for the default cases, written for review: nothing is committed.
 baselines: $(STAMP)
