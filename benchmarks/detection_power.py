@@ -177,7 +177,7 @@ def print_rejudged(path: Path) -> None:
 
 
 class RecordedVerdict(NamedTuple):
-    """A trial's gated metric as the session-spread rule reads it (judge.session_spread.judge's verdicts)."""
+    """A trial's gated metric as the session-spread and probe rules read it (their verdicts)."""
 
     metric: str
     change: float
@@ -198,13 +198,18 @@ def with_machine_rules(trials: list[dict], baseline_probe: float | None) -> list
                    if (found := SessionSpread.of(metric, values, "the trials before")) is not None}
         verdicts = [RecordedVerdict(row["metric"], row["change"], METRICS[row["metric"]].better, row["tolerance"],
                                     row["baseline"]) for row in rows]
-        outcomes, _ = session_spread.judge(spreads, verdicts, [row["verdict"] for row in rows])
+        # A trial the probe rule already left unresolved live had FAILed against the baseline alone.
+        raw = ["FAIL" if row["verdict"] == "unresolved" else row["verdict"] for row in rows]
+        outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
         probes = [run[CALIBRATION_PROBE] for run in trial.get("probes", []) if run.get(CALIBRATION_PROBE)]
         now = {CALIBRATION_PROBE: statistics.median(probes)} if probes else {}
+        against = {row["metric"]: row["against_sessions"] for row in spread_rows}
+        worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
         outcomes, _ = machine_drop.judge(verdicts, outcomes,
-                                         machine_drop.probe_change({CALIBRATION_PROBE: baseline_probe}, now))
+                                         machine_drop.probe_change({CALIBRATION_PROBE: baseline_probe}, now),
+                                         raw=raw, worse=worse)
         decided.append(("FAIL" in outcomes, "FAIL" not in outcomes and "unresolved" in outcomes))
-        if trial["slowdown"] == 0:
+        if trial["slowdown"] == 0 and not any(outcome in ("FAIL", "unresolved") for outcome in outcomes):
             for row in rows:
                 history.setdefault(row["metric"], []).append(statistics.median(row["run_values"]))
     return decided

@@ -304,14 +304,14 @@ class PerfGate:
         """How far the case moved between the sessions the results history holds (--perf-history), for the stored
         baseline's verdict; a history that cannot be read is a warning, and the stored tolerance alone judges."""
         settings, run = self.state.settings, planned.run
-        if not settings.history_url or settings.update_baselines:
-            return {}
+        if not settings.history_url or settings.update_baselines or settings.calibrate:
+            return {}  # calibrated values are not what the history holds
         from perfgate.trend.database import DatabaseError
         from perfgate.trend.spreads import learn
 
         try:
             return learn(settings.history_url, run.key, planned.hardware_class, run.case.version, run.gated)
-        except DatabaseError as exc:
+        except (DatabaseError, OSError, ImportError) as exc:
             warnings.warn(SessionSpreadWarning(f"{run.key}: the spread between sessions was not read ({exc}); the "
                                                "stored tolerance alone judges"))
             return {}

@@ -14,30 +14,40 @@ WALL, CPU = "fastest_step_samples_per_second", "cpu_seconds_per_sample"
 
 
 class Verdict:
-    def __init__(self, metric, change, better):
-        self.metric, self.change, self.better = metric, change, better
+    def __init__(self, metric, change, better, tolerance=0.05):
+        self.metric, self.change, self.better, self.tolerance = metric, change, better, tolerance
+
+
+def decide(verdicts, outcomes, machine, raw=None):
+    worse = [-v.change if v.better == "higher" else v.change for v in verdicts]
+    return machine_drop.judge(verdicts, outcomes, machine, raw=raw or outcomes, worse=worse)
 
 
 def test_a_wall_clock_fail_as_large_as_the_probes_drop_is_unresolved_while_the_cpu_clock_holds():
     verdicts = [Verdict(WALL, -0.25, "higher"), Verdict(CPU, +0.01, "lower")]
-    outcomes, rows = machine_drop.judge(verdicts, ["FAIL", "pass"], machine=-0.40)
-    assert outcomes == ["unresolved", "pass"]
-    assert rows == [{"metric": WALL, "change": -0.25, "probe_change": -0.40}]
+    outcomes, rows = decide(verdicts, ["FAIL", "pass"], machine=-0.22)
+    assert outcomes == ["unresolved", "pass"], "within the tolerance of the probe's drop: the probe is a snapshot"
+    assert rows == [{"metric": WALL, "change": -0.25, "probe_change": -0.22}]
+
+
+def test_the_cpu_clock_held_is_read_before_any_other_rule_left_it_unresolved():
+    verdicts = [Verdict(WALL, -0.25, "higher"), Verdict(CPU, +0.20, "lower")]
+    assert decide(verdicts, ["FAIL", "unresolved"], -0.40, raw=["FAIL", "FAIL"]) == (["FAIL", "unresolved"], [])
 
 
 @pytest.mark.parametrize("outcomes, machine, why", [
     (["FAIL", "FAIL"], -0.40, "the CPU clock failed too: the work per sample grew"),
-    (["FAIL", "pass"], -0.10, "the probe dropped less than the wall clock did"),
+    (["FAIL", "pass"], -0.10, "the probe dropped less than the wall clock did, by more than the tolerance"),
     (["FAIL", "pass"], +0.05, "the machine ran faster"),
     (["FAIL", "pass"], None, "no probe to read"),
 ])
 def test_otherwise_a_fail_stays_a_fail(outcomes, machine, why):
     verdicts = [Verdict(WALL, -0.25, "higher"), Verdict(CPU, +0.20, "lower")]
-    assert machine_drop.judge(verdicts, outcomes, machine) == (outcomes, []), why
+    assert decide(verdicts, outcomes, machine) == (outcomes, []), why
 
 
 def test_a_case_that_gates_no_cpu_clock_keeps_its_fail_as_a_procurement_check_needs():
-    assert machine_drop.judge([Verdict(WALL, -0.25, "higher")], ["FAIL"], -0.40) == (["FAIL"], [])
+    assert decide([Verdict(WALL, -0.25, "higher")], ["FAIL"], -0.40) == (["FAIL"], [])
 
 
 def test_the_probe_change_reads_the_runs_median_against_the_baselines():

@@ -227,7 +227,8 @@ OPTIONS = (
            "SQLite path (e.g. results/history.db) or postgresql://USER@HOST/DB (a password there, in PGPASSWORD or "
            "~/.pgpass is used and never shown); a database that cannot be written is a warning, the verdicts stand. "
            "Once it holds 5 sessions of a case on this hardware class, their spread judges the stored baseline too: a "
-           "change within it is unresolved, not FAIL, and a pass says how large a slowdown this machine lets it catch",
+           "change within it is unresolved, not FAIL, a session worse than those sessions beyond it fails even where "
+           "the baseline would pass it, and a pass says how large a slowdown this machine lets it catch",
            database_url, None, "URL"),
     Option("--perf-report", "report_dir", "write DIR/summary.md (the summary's tables in GitHub markdown, also appended "
            "to $GITHUB_STEP_SUMMARY when set) and PNG plots: each case's step timeline and runs against its baseline, "
@@ -354,6 +355,9 @@ def resolve(config: pytest.Config) -> Settings:
     if settings.ab_duet and settings.ab_in_turn:
         raise pytest.UsageError("perfgate: --perf-ab-duet and --perf-ab-in-turn each say how a pair is launched; "
                                 "give one (without either, CPU flavours on the local launcher run duet, others in turn)")
+    if settings.ab_in_turn and not (settings.against or settings.against_python):
+        raise pytest.UsageError("perfgate: --perf-ab-in-turn launches the two sides of each pair of "
+                                "--perf-against(-python) one after the other; without it there are no pairs")
     if settings.ab_duet and not (settings.against or settings.against_python):
         raise pytest.UsageError("perfgate: --perf-ab-duet launches the two sides of each pair of --perf-against(-python) "
                                 "at once; without it there are no pairs")

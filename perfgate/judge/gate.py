@@ -183,11 +183,13 @@ class Gate:
             if not undecided({v.outcome for v in verdicts}) or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
-        outcomes, spread_rows = session_spread.judge(self.spreads, verdicts,
-                                                     [stats.settle(v.decision).outcome for v in verdicts])
+        raw = [stats.settle(v.decision).outcome for v in verdicts]
+        outcomes, spread_rows = session_spread.judge(self.spreads, verdicts, raw)
         machine = (machine_drop.probe_change(baseline.provenance.get("measured", {}), measurement.medians())
                    if self.weighs_machine and not self.settings.calibrate else None)
-        outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine)
+        against = {row["metric"]: row["against_sessions"] for row in spread_rows}
+        worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
+        outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse)
         result["metrics"] = [{**verdict_row(v, outcome), "run_values": current[v.metric],
                               "baseline_runs": list(baseline.metrics[v.metric].samples)}
                              for v, outcome in zip(verdicts, outcomes)]
@@ -206,6 +208,9 @@ class Gate:
             raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{planted}\n{details}\n"
                              f"{machine_speed(baseline, measurement)}baseline: {self.reference.where}\n"
                              f"command: {measurement.command}\nlogs kept in {plan.spec.workdir}")
+        within_spread = any(row["outcome"] == "unresolved" for row in spread_rows)
+        if within_spread or drop_rows:
+            return self.left_unresolved(f"{planted}\n{details}", within_spread, bool(drop_rows))
         if "stale" in outcomes:
             result["verdict"] = "stale"
             what, advice = self.reference.when_faster
@@ -215,9 +220,6 @@ class Gate:
                 raise CaseFailed(message)
             warnings.warn(StaleBaselineWarning(message))
             return result
-        within_spread = any(row["outcome"] == "unresolved" for row in spread_rows)
-        if within_spread or drop_rows:
-            return self.left_unresolved(f"{planted}\n{details}", within_spread, bool(drop_rows))
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
         result["verdict"] = "pass"

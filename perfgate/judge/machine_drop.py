@@ -3,7 +3,7 @@
 The machine-speed probe (a matmul, outside the window) runs the same kernels whatever the code does. On a shared
 runner a neighbour's job that overlaps the session drops the probe and the wall clock together, while the CPU
 clock, blind to the slices given to other work, holds; more work per step moves both clocks, and so does a slower
-core (a procurement check's slow machine still fails). So a wall-clock FAIL that the probe's drop covers, in a case
+core (a procurement check's slow machine still fails). So a wall-clock FAIL that the probe's drop covers (within the metric's tolerance: the probe is a snapshot), in a case
 that gates the CPU clock and whose CPU clock held, is unresolved rather than FAIL: the machine's other work is the
 likelier cause, and only A/B in one job can tell. A case that gates no CPU-clock metric (a GPU flavour's default)
 keeps its FAIL. The probe does not calibrate the values (``--perf-calibrate``): its
@@ -24,21 +24,27 @@ def probe_change(then: Mapping[str, Any], now: Mapping[str, Any]) -> float | Non
     return after / before - 1.0 if before and after else None
 
 
-def judge(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float | None
-          ) -> tuple[list[str], list[dict[str, Any]]]:
+def judge(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float | None, *, raw: Sequence[str],
+          worse: Sequence[float]) -> tuple[list[str], list[dict[str, Any]]]:
     """The outcomes once the probe's drop ``machine`` is weighed, and a row per wall-clock FAIL it covers (left
-    unresolved). ``verdicts``: the gate's MetricVerdicts, ``outcomes`` their outcomes so far."""
+    unresolved). ``verdicts``: the gate's MetricVerdicts; ``outcomes`` their outcomes so far; ``raw`` their outcomes
+    against the baseline alone (whether the CPU clock held is read there, before any other rule); ``worse``: how much
+    worse each is than what it FAILed against."""
     settled = list(outcomes)
-    cpu = [outcome for verdict, outcome in zip(verdicts, outcomes) if METRICS[verdict.metric].clock == "cpu"]
+    cpu = [outcome for verdict, outcome in zip(verdicts, raw) if clock(verdict.metric) == "cpu"]
     if machine is None or machine >= 0 or not cpu or "FAIL" in cpu:
         return settled, []
     rows = []
     for index, verdict in enumerate(verdicts):
-        worse = -verdict.change if verdict.better == "higher" else verdict.change
-        if settled[index] == "FAIL" and METRICS[verdict.metric].clock == "wall" and worse <= -machine:
+        if settled[index] == "FAIL" and clock(verdict.metric) == "wall" and worse[index] <= verdict.tolerance - machine:
             settled[index] = "unresolved"
             rows.append({"metric": verdict.metric, "change": verdict.change, "probe_change": machine})
     return settled, rows
+
+
+def clock(metric: str) -> str | None:
+    info = METRICS.get(metric)
+    return info.clock if info else None
 
 
 def describe(row: Mapping[str, Any]) -> str:

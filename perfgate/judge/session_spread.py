@@ -21,6 +21,9 @@ FALSE_ALARM_Z = 1.645
 """One unchanged session in 20 reads this many spreads worse than the sessions' median (one-sided normal)."""
 CATCH_Z = 1.282
 """A slowdown that moves the median this many spreads past the least tolerance fails 9 sessions in 10."""
+CONFIRM_Z = 2.326
+"""A session this many spreads worse than the sessions' median happens to 1 unchanged session in 100: enough to FAIL
+a session that the stored baseline would pass."""
 MIN_SESSIONS = 5
 """Fewer sessions than this say too little about the spread: the stored tolerance alone judges."""
 MAX_SESSIONS = 30
@@ -43,7 +46,7 @@ class SessionSpread:
     def of(cls, metric: str, values: Sequence[float], where: str) -> SessionSpread | None:
         """From the sessions' values (each a session's median), newest last; None for too few to tell."""
         kept = list(values)[-MAX_SESSIONS:]
-        if len(kept) < MIN_SESSIONS:
+        if len(kept) < MIN_SESSIONS or stats.median(kept) <= 0:
             return None
         return cls(metric, stats.median(kept), stats.relative_spread(kept), len(kept), where)
 
@@ -79,7 +82,7 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
           ) -> tuple[list[str], list[dict[str, Any]]]:
     """The outcomes once each metric's session spread is known, and a row per metric that has one: a FAIL within
     the spread becomes unresolved, and any other outcome a FAIL where the session is worse than the unchanged sessions'
-    median by more than the tolerance and 1.645 spreads (a baseline the machine has since outrun would pass it).
+    median by more than the tolerance and 2.326 spreads (a baseline the machine has since outrun would pass it).
     ``verdicts``: the gate's MetricVerdicts, ``outcomes`` their settled outcomes."""
     settled, rows = list(outcomes), []
     for index, verdict in enumerate(verdicts):
@@ -90,7 +93,7 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
         against_sessions = spread.against(verdict.baseline * (1.0 + verdict.change), verdict.better)
         if settled[index] == "FAIL" and worsening(verdict.change, verdict.better) <= least:
             settled[index] = "unresolved"
-        elif settled[index] != "FAIL" and against_sessions > max(verdict.tolerance, FALSE_ALARM_Z * spread.width):
+        elif settled[index] != "FAIL" and against_sessions > max(verdict.tolerance, CONFIRM_Z * spread.width):
             settled[index] = "FAIL"
         rows.append({
             "metric": verdict.metric, "change": verdict.change, "tolerance": verdict.tolerance,

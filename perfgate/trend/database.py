@@ -76,6 +76,10 @@ class DatabaseError(Exception):
     """The results database cannot be used; the message names it (password masked) and says what to do."""
 
 
+class NoDatabase(DatabaseError):
+    """A reader found no results database there (no file, or no perfgate schema): nothing kept yet."""
+
+
 def url_of(text: str) -> URL:
     """A SQLAlchemy URL, or a path (absolute or relative to the working directory) taken as a SQLite file."""
     if "://" not in text:
@@ -140,7 +144,7 @@ class ResultsDatabase:
         sqlite_file = self.url.get_backend_name() == "sqlite" and self.url.database
         self.shown = self.url.database if sqlite_file else mask(self.url)
         """How the database is named in messages: a SQLite file by its path, any other by its URL, masked."""
-        missing = DatabaseError(f"no results database at {self.shown}: run the suite with --perf-history "
+        missing = NoDatabase(f"no results database at {self.shown}: run the suite with --perf-history "
                                 f"{self.shown} first")
         if self.url.get_backend_name() == "sqlite" and self.url.database:
             if not create and not Path(self.url.database).is_file():
@@ -245,6 +249,17 @@ class ResultsDatabase:
         try:
             with self.engine.connect() as connection:
                 return [Point(*row) for row in connection.execute(query)]
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(self._why(exc)) from None
+
+    def compared_with_a_reference(self, case: str, hardware_class: str) -> set[int]:
+        """The ids of the case's results that an A/B session measured (``--perf-against``, ``--perf-against-python``):
+        its candidate ran beside a reference, on cores they shared."""
+        query = (sa.select(RESULTS.c.id, RESULTS.c.record)
+                 .where(RESULTS.c.case_id == case, RESULTS.c.hardware_class == hardware_class))
+        try:
+            with self.engine.connect() as connection:
+                return {row.id for row in connection.execute(query) if "reference" in (row.record or {})}
         except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(self._why(exc)) from None
 
