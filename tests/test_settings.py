@@ -38,6 +38,8 @@ def test_help_lists_every_option_with_its_text(pytester):
                                                             "baselines; it cannot be combined with --update-baselines"),
         (["--perf-ab-duet"], "--perf-ab-duet launches the two sides of each pair of --perf-against(-python) at once; "
                              "without it there are no pairs"),
+        (["--perf-ab-in-turn"], "--perf-ab-in-turn launches the two sides of each pair of --perf-against(-python) one "
+                                "after the other; without it there are no pairs"),
         (["--perf-against", "HEAD", "--perf-ab-duet", "--launcher", "slurm"], "--launcher slurm would start two jobs at "
                                                                               "once on the cluster's nodes"),
         (["--perf-against", "HEAD", "--perf-ab-duet", "--perf-ab-in-turn"], "--perf-ab-duet and --perf-ab-in-turn each "
