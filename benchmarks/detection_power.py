@@ -52,8 +52,8 @@ from background_load import busy_processes, training_job  # noqa: E402
 
 from perfgate.config.cases import baseline_path  # noqa: E402
 from perfgate.config.settings import Settings  # noqa: E402
-from perfgate.judge import baselines, machine_drop, session_spread  # noqa: E402
-from perfgate.judge.gate import undecided  # noqa: E402
+from perfgate.judge import baselines, machine_drop  # noqa: E402
+from perfgate.judge.gate import machine_rules, undecided  # noqa: E402
 from perfgate.judge.session_spread import SessionSpread  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
 from perfgate.measure.metrics import CALIBRATION_PROBE, METRICS  # noqa: E402
@@ -200,14 +200,10 @@ def with_machine_rules(trials: list[dict], baseline_probe: float | None) -> list
                                     row["baseline"]) for row in rows]
         # A trial the probe rule already left unresolved live had FAILed against the baseline alone.
         raw = ["FAIL" if row["verdict"] == "unresolved" else row["verdict"] for row in rows]
-        outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
         probes = [run[CALIBRATION_PROBE] for run in trial.get("probes", []) if run.get(CALIBRATION_PROBE)]
         now = {CALIBRATION_PROBE: statistics.median(probes)} if probes else {}
-        against = {row["metric"]: row["against_sessions"] for row in spread_rows}
-        worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
-        outcomes, _ = machine_drop.judge(verdicts, outcomes,
-                                         machine_drop.probe_change({CALIBRATION_PROBE: baseline_probe}, now),
-                                         raw=raw, worse=worse)
+        outcomes, _, _ = machine_rules(spreads, verdicts, raw,
+                                       machine_drop.probe_change({CALIBRATION_PROBE: baseline_probe}, now))
         decided.append(("FAIL" in outcomes, "FAIL" not in outcomes and "unresolved" in outcomes))
         if trial["slowdown"] == 0 and not any(outcome in ("FAIL", "unresolved") for outcome in outcomes):
             for row in rows:

@@ -183,13 +183,10 @@ class Gate:
             if not undecided({v.outcome for v in verdicts}) or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
-        raw = [stats.settle(v.decision).outcome for v in verdicts]
-        outcomes, spread_rows = session_spread.judge(self.spreads, verdicts, raw)
         machine = (machine_drop.probe_change(baseline.provenance.get("measured", {}), measurement.medians())
                    if self.weighs_machine and not self.settings.calibrate else None)
-        against = {row["metric"]: row["against_sessions"] for row in spread_rows}
-        worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
-        outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse)
+        outcomes, spread_rows, drop_rows = machine_rules(self.spreads, verdicts,
+                                                         [stats.settle(v.decision).outcome for v in verdicts], machine)
         result["metrics"] = [{**verdict_row(v, outcome), "run_values": current[v.metric],
                               "baseline_runs": list(baseline.metrics[v.metric].samples)}
                              for v, outcome in zip(verdicts, outcomes)]
@@ -463,6 +460,18 @@ def calibration_note(calibration: dict[str, Any] | None) -> list[str]:
     now, then = stats.median(calibration["runs"]), calibration["baseline"]
     return [f"  calibrated (--perf-calibrate): values scaled by the machine-speed probe, {calibration['probe']} "
             f"{now:.4g} now vs {then:.4g} for the baseline ({now / then - 1:+.1%})"]
+
+
+def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: list[str], machine: float | None
+                  ) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The outcomes once this machine is weighed: the spread between its sessions (session_spread), then the probe's
+    drop (machine_drop), which reads the CPU clock in ``raw`` (the outcomes against the baseline alone) and compares
+    the drop with what each metric FAILed against. Returns the outcomes and each rule's rows."""
+    outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
+    against = {row["metric"]: row["against_sessions"] for row in spread_rows}
+    worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
+    outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse)
+    return outcomes, spread_rows, drop_rows
 
 
 def machine_speed(baseline: baselines.Baseline, measurement: Measurement) -> str:

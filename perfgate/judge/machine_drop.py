@@ -3,12 +3,12 @@
 The machine-speed probe (a matmul, outside the window) runs the same kernels whatever the code does. On a shared
 runner a neighbour's job that overlaps the session drops the probe and the wall clock together, while the CPU
 clock, blind to the slices given to other work, holds; more work per step moves both clocks, and so does a slower
-core (a procurement check's slow machine still fails). So a wall-clock FAIL that the probe's drop covers (within the metric's tolerance: the probe is a snapshot), in a case
-that gates the CPU clock and whose CPU clock held, is unresolved rather than FAIL: the machine's other work is the
-likelier cause, and only A/B in one job can tell. A case that gates no CPU-clock metric (a GPU flavour's default)
-keeps its FAIL. The probe does not calibrate the values (``--perf-calibrate``): its
-snapshots around a window exaggerate or miss a burst, and scaling by them moved unchanged sessions by up to +41 %
-(docs/measurements.md).
+core (a procurement check's slow machine still fails). So a wall-clock FAIL that the probe's drop covers (within
+the metric's tolerance: the probe is a snapshot), in a case that gates the CPU clock and whose CPU clock held, is
+unresolved rather than FAIL: the machine's other work is the likelier cause, and only A/B in one job can tell. A case
+that gates no CPU-clock metric (a GPU flavour's default) keeps its FAIL. The probe does not calibrate the values
+(``--perf-calibrate``): its snapshots around a window exaggerate or miss a burst, and scaling by them moved
+unchanged sessions by up to +41 % (docs/measurements.md).
 """
 
 from __future__ import annotations

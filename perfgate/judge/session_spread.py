@@ -57,8 +57,7 @@ class SessionSpread:
 
     def offset(self, baseline: float, better: str) -> float:
         """How much worse than ``baseline`` an unchanged session typically reads (negative: better)."""
-        change = self.centre / baseline - 1.0
-        return -change if better == "higher" else change
+        return worsening(self.centre / baseline - 1.0, better)
 
     def least_tolerance(self, baseline: float, better: str, tolerance: float) -> float:
         """The least worsening that 19 unchanged sessions in 20 stay within, never under the stored tolerance."""
