@@ -16,7 +16,9 @@ same session, pair by pair (``--perf-against``). The working tree must be commit
 two busy processes beside the whole run (``--load training``: a second 2-rank training job), as on a shared
 CI runner.
 
-The results file is rewritten after every trial; ``--resume`` continues a stopped run of the same plan. Each
+The results file is rewritten after every trial; ``--resume`` continues a stopped run of the same plan, and
+``--baseline-from EARLIER.json`` judges a new plan against the stored baseline an earlier results file measured
+(hours or sessions before, as a stored baseline is used). Each
 trial keeps its start time and each run's machine-speed probe: a plan resumed over hours or days judges a
 stored baseline against the spread between sessions, and ``--perf-calibrate`` on the same runs.
 
@@ -259,6 +261,15 @@ def resumed(args: argparse.Namespace, order: list[float]) -> tuple[dict | None, 
     return earlier["baseline"], trials
 
 
+def earlier_baseline(args: argparse.Namespace) -> dict:
+    """The stored baseline of an earlier plan of the same case, so that sessions hours later are judged by it."""
+    earlier = json.loads(args.baseline_from.read_text())
+    if args.against or earlier["case"] != args.case or not earlier.get("baseline"):
+        sys.exit(f"--baseline-from: {args.baseline_from} holds no stored baseline of case {args.case!r} "
+                 "(and A/B trials take none)")
+    return earlier["baseline"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", default="workers0-cpu", help="pytest -k expression selecting one case")
@@ -273,6 +284,8 @@ def main() -> int:
                         "job (default %(default)s)")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "detection_power.json")
     parser.add_argument("--resume", action="store_true", help="continue the run that --out holds (same plan)")
+    parser.add_argument("--baseline-from", type=Path, metavar="RESULTS",
+                        help="judge against the stored baseline of an earlier results file instead of measuring one")
     parser.add_argument("--rejudge", type=Path, metavar="RESULTS",
                         help="decide the trials of a results file again by the gate's current rules; run nothing")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest options (after --), e.g. --perf-steps 20")
@@ -288,6 +301,8 @@ def main() -> int:
     order = [size for size, count in counts.items() for _ in range(count)]
     random.Random(args.seed).shuffle(order)
     stored, trials = resumed(args, order)
+    if stored is None and args.baseline_from:
+        stored = earlier_baseline(args)
     load = {"none": contextlib.nullcontext, "busy": busy_processes, "training": training_job}[args.load]
     lasting = {} if args.load == "none" else {"seconds": 600 * len(order) + 1200}
     with tempfile.TemporaryDirectory(prefix="perfgate-power-") as scratch, load(**lasting):
