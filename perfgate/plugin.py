@@ -310,7 +310,8 @@ class PerfGate:
         from perfgate.trend.spreads import learn
 
         try:
-            return learn(settings.history_url, run.key, planned.hardware_class, run.case.version, run.gated)
+            return learn(settings.history_url, run.key, planned.hardware_class, run.case.version, run.gated,
+                         settings.history_branch)
         except (DatabaseError, OSError, ImportError) as exc:
             warnings.warn(SessionSpreadWarning(f"{run.key}: the spread between sessions was not read ({exc}); the "
                                                "stored tolerance alone judges"))

@@ -44,6 +44,9 @@ def test_help_lists_every_option_with_its_text(pytester):
                                                                               "once on the cluster's nodes"),
         (["--perf-against", "HEAD", "--perf-ab-duet", "--perf-ab-in-turn"], "--perf-ab-duet and --perf-ab-in-turn each "
                                                                             "say how a pair is launched; give one"),
+        (["--perf-history-branch", "main"], "--perf-history-branch says which sessions of the results history "
+                                            "(--perf-history URL) the spread between sessions is learned from"),
+        (["--perf-history=h.db", "--perf-history-branch=my branch"], "must be a git revision (a branch, tag or commit)"),
         (["--perf-against", "HEAD", "--perf-ab-resolve", "0.02"], "--perf-ab-resolve 0.02 is not above "
                                                                   "--perf-ab-tolerance 0.02: a slowdown within the"),
     ],

@@ -313,6 +313,25 @@ def test_the_spread_between_sessions_counts_the_passed_sessions_of_this_version_
     assert learn(str(tmp_path / "new.db"), "c-cpu", "hw", "1", ["fastest_step_samples_per_second"]) == {}
 
 
+def test_the_spread_between_sessions_is_learned_from_one_branch_when_asked(tmp_path):
+    """A feature branch's sessions carry its own changes, passed within tolerance: --perf-history-branch main leaves
+    them out, and says so where the spread is shown."""
+    url = str(tmp_path / "history.db")
+    database = ResultsDatabase(url)
+    feature = dataclasses.replace(CONTEXT, branch="feature")
+    for value in (97.0, 103.0, 99.0, 101.0, 100.0):
+        database.record([result(value=value)], CONTEXT)
+        database.record([result(value=value - 6)], feature)
+    database.close()
+    metric = ["fastest_step_samples_per_second"]
+    everywhere, on_main = learn(url, "c-cpu", "hw", "1", metric)[metric[0]], learn(url, "c-cpu", "hw", "1", metric,
+                                                                                   "main")[metric[0]]
+    assert (everywhere.sessions, on_main.sessions, on_main.centre) == (10, 5, 100.0)
+    assert on_main.spread < everywhere.spread
+    assert on_main.where.endswith("history.db, branch main")
+    assert learn(url, "c-cpu", "hw", "1", metric, "release") == {}
+
+
 @pytest.mark.launches
 def test_a_stored_baseline_is_judged_with_the_spread_of_the_sessions_the_history_holds(repo, monkeypatch):
     """Five unchanged sessions of the sleeper replayed up to 2.5 % apart into the history, each passing its 3 %

@@ -230,6 +230,9 @@ OPTIONS = (
            "change within it is unresolved, not FAIL, a session worse than those sessions beyond it fails even where "
            "the baseline would pass it, and a pass says how large a slowdown this machine lets it catch",
            database_url, None, "URL"),
+    Option("--perf-history-branch", "history_branch", "learn the spread between sessions (--perf-history) only from "
+           "the sessions recorded on branch NAME, e.g. main: a branch's own changes, passed within tolerance, are "
+           "not noise (default: every branch)", revision_name, None, "NAME"),
     Option("--perf-report", "report_dir", "write DIR/summary.md (the summary's tables in GitHub markdown, also appended "
            "to $GITHUB_STEP_SUMMARY when set) and PNG plots: each case's step timeline and runs against its baseline, "
            "each DDP family's scaling, each GPU case's utilisation and power", Path, None, "DIR"),
@@ -277,6 +280,7 @@ class Settings:
     json_path: Path | None = None
     results_path: Path | None = None
     history_url: str | None = None
+    history_branch: str | None = None
     published: Path = Path("references/published.json")
     report_dir: Path | None = None
 
@@ -358,6 +362,9 @@ def resolve(config: pytest.Config) -> Settings:
     if settings.ab_in_turn and not (settings.against or settings.against_python):
         raise pytest.UsageError("perfgate: --perf-ab-in-turn launches the two sides of each pair of "
                                 "--perf-against(-python) one after the other; without it there are no pairs")
+    if settings.history_branch and not settings.history_url:
+        raise pytest.UsageError("perfgate: --perf-history-branch says which sessions of the results history "
+                                "(--perf-history URL) the spread between sessions is learned from; give the history too")
     if settings.ab_duet and not (settings.against or settings.against_python):
         raise pytest.UsageError("perfgate: --perf-ab-duet launches the two sides of each pair of --perf-against(-python) "
                                 "at once; without it there are no pairs")

@@ -231,7 +231,7 @@ class ResultsDatabase:
         return written
 
     def points(self, cases: Sequence[str] = (), hardware_class: str | None = None, metric: str | None = None,
-               since: datetime.datetime | None = None) -> list[Point]:
+               since: datetime.datetime | None = None, branch: str | None = None) -> list[Point]:
         """Every stored value matching the filters, oldest first (case ids may be globs)."""
         query = (sa.select(RESULTS.c.id, RESULTS.c.recorded_at, RESULTS.c.case_id, RESULTS.c.hardware_class,
                            METRICS.c.metric, METRICS.c.value, RESULTS.c.git_commit, RESULTS.c.verdict,
@@ -244,6 +244,8 @@ class ResultsDatabase:
             query = query.where(METRICS.c.metric == metric)
         if since:
             query = query.where(RESULTS.c.recorded_at >= since)
+        if branch:
+            query = query.where(RESULTS.c.branch == branch)
         if cases:
             query = query.where(sa.or_(*(RESULTS.c.case_id.like(_like(case), escape="\\") for case in cases)))
         try:

@@ -20,21 +20,23 @@ ACCEPTED = ("pass", "stale")
 unresolved session after session, must not become the sessions' median and pass."""
 
 
-def learn(url: str, case: str, hardware_class: str, workload_version: str, metrics: Sequence[str]
-          ) -> dict[str, SessionSpread]:
-    """The spreads of ``metrics`` in the database at ``url``; none where it holds nothing yet; DatabaseError where it
-    cannot be read. Opened as a reader: the session's recorder makes it, at the end."""
+def learn(url: str, case: str, hardware_class: str, workload_version: str, metrics: Sequence[str],
+          branch: str | None = None) -> dict[str, SessionSpread]:
+    """The spreads of ``metrics`` in the database at ``url`` (from the sessions on ``branch`` where given); none where
+    it holds nothing yet; DatabaseError where it cannot be read. Opened as a reader: the session's recorder makes it,
+    at the end."""
     try:
         database = ResultsDatabase(url, create=False)
     except NoDatabase:
         return {}
     try:
-        points = database.points([case], hardware_class)
+        points = database.points([case], hardware_class, branch=branch)
         paired = database.compared_with_a_reference(case, hardware_class)
     finally:
         database.close()
+    where = f"{database.shown}, branch {branch}" if branch else database.shown
     return spreads([point for point in points if point.result_id not in paired], case, workload_version, metrics,
-                   database.shown)
+                   where)
 
 
 def spreads(points: Sequence[Point], case: str, workload_version: str, metrics: Sequence[str], where: str
