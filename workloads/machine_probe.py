@@ -4,7 +4,9 @@ Shared machines drift (other tenants, clocks, memory reclaim): a stored baseline
 build from a slower hour. Every rank times two fixed kernels at the same moment, right before the
 measured window and right after it: a matrix multiply (compute) and a large copy (memory bandwidth).
 The plugin can then gate throughput relative to the probe (``--perf-calibrate``). The kernels never
-change with the workload, so a regression in the workload's own code does not move the probe.
+change with the workload, so a regression in the workload's own code does not move the probe: they run on one
+intra-op thread whatever the workload set (a CPU matmul's rate follows its thread count, and a change that cut the
+workload's threads would otherwise slow the probe and the steps alike, and pass for a slower machine).
 """
 
 from __future__ import annotations
@@ -42,7 +44,17 @@ def _median_rate(work: float, fn, device: torch.device, repeats: int) -> float:
 
 
 def read_probe(device: torch.device, matmul_repeats: int = 16, copy_repeats: int = 2) -> dict[str, float]:
-    """This rank's reading: matmul GFLOP/s (fp32, TF32 off) and copy GB/s (bytes read + written)."""
+    """This rank's reading: matmul GFLOP/s (fp32, TF32 off) and copy GB/s (bytes read + written), on one thread;
+    the workload's thread count is restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _read(device, matmul_repeats, copy_repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _read(device: torch.device, matmul_repeats: int, copy_repeats: int) -> dict[str, float]:
     side, nbytes = SIZES["cuda" if device.type == "cuda" else "cpu"]
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(side, side, device=device, generator=generator)
