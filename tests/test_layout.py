@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "perfgate"
-STAGES = ("outcome", "records", "config", "launch", "measure", "judge", "report", "trend", "bisect", "plugin", "cli")
-"""Lowest first. ``outcome`` (the skip/fail exceptions) and ``records`` (the workload contract) sit below every
-stage; ``bisect`` drives whole pytest sessions; ``plugin`` and ``cli`` wire the stages to pytest and to the command
+STAGES = ("outcome", "git", "records", "config", "launch", "measure", "judge", "report", "trend", "bisect", "plugin", "cli")
+"""Lowest first. ``outcome`` (the skip/fail exceptions), ``git`` (asking the checkout) and ``records`` (the workload
+contract) sit below every stage; ``bisect`` drives whole pytest sessions; ``plugin`` and ``cli`` wire the stages to pytest and to the command
 line."""
 
 

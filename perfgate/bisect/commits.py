@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.judge.revision import RevisionError, git
+from perfgate.git import GitError, check_comparable, git
 
 FIELD = "\x1f"
 
@@ -36,7 +36,7 @@ class Commit:
 def resolve(root: Path, ref: str) -> str:
     try:
         return git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    except RevisionError:
+    except GitError:
         raise BisectUsageError(f"{ref}: no such revision here (git rev-parse {ref} fails; fetch it, or name a branch, "
                                "tag or commit)") from None
 
@@ -45,20 +45,16 @@ def first_parent_range(root: Path, good: str, bad: str) -> list[Commit]:
     """GOOD, then every first-parent commit after it up to BAD, oldest first; usage errors for a checkout that is not
     a git repository, a dirty tree, an unknown ref, and GOOD that is not an ancestor of BAD."""
     try:
-        git(root, "rev-parse", "--is-inside-work-tree")
-    except (RevisionError, OSError):
-        raise BisectUsageError(f"perfgate bisect needs a git checkout, and {root} is not one") from None
-    if git(root, "rev-parse", "--is-shallow-repository") == "true":
-        raise BisectUsageError("perfgate bisect needs the history, and this is a shallow clone: git fetch --unshallow")
-    if git(root, "status", "--porcelain", "--untracked-files=no"):
-        raise BisectUsageError("the working tree has uncommitted changes: commit or stash them first (each commit is "
-                               "measured in a worktree of its own, and the cases come from the commits)")
+        check_comparable(root, "perfgate bisect", "each commit is measured in a worktree of its own, and the cases "
+                         "come from the commits")
+    except GitError as exc:
+        raise BisectUsageError(str(exc)) from None
     good_sha, bad_sha = resolve(root, good), resolve(root, bad)
     if good_sha == bad_sha:
         raise BisectUsageError(f"GOOD {good} and BAD {bad} are the same commit: nothing to bisect")
     try:
         git(root, "merge-base", "--is-ancestor", good_sha, bad_sha)
-    except RevisionError:
+    except GitError:
         raise BisectUsageError(f"GOOD {good} is not an ancestor of BAD {bad}: give the older commit first") from None
     listed = git(root, "log", "--first-parent", "--reverse", f"--format=%H{FIELD}%s{FIELD}%an{FIELD}%aI",
                  f"{good_sha}..{bad_sha}")
@@ -99,7 +95,7 @@ class Worktrees:
             if line.startswith("worktree ") and Path(line[len("worktree "):]).is_relative_to(self.scratch):
                 try:
                     git(self.root, "worktree", "remove", "--force", line[len("worktree "):])
-                except RevisionError:
+                except GitError:
                     pass
         shutil.rmtree(self.scratch, ignore_errors=True)
         git(self.root, "worktree", "prune")

@@ -27,7 +27,7 @@ from perfgate.bisect import report as bisection
 from perfgate.bisect.commits import BisectUsageError, Commit, Worktrees, first_parent_range
 from perfgate.bisect.search import GOOD, UNKNOWN, Measured, Search, Step, classify, worse_interval
 from perfgate.bisect.session import Outcome, Sessions
-from perfgate.judge.revision import RevisionError, git
+from perfgate.git import GitError, git
 from perfgate.measure.metrics import METRICS
 from perfgate.measure.progress import clock
 
@@ -172,7 +172,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         root = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         commits = first_parent_range(root, args.good, args.bad)
-    except (BisectUsageError, RevisionError) as exc:
+    except (BisectUsageError, GitError) as exc:
         print(f"perfgate bisect: error: {exc}", file=sys.stderr)
         return USAGE
     scratch = Path(tempfile.mkdtemp(prefix="perfgate-bisect-"))

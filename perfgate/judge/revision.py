@@ -10,12 +10,12 @@ sides are named by what their environments hold (launch/environment.py).
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perfgate.config.cases import CaseRun
+from perfgate.git import GitError, check_comparable, git
 
 
 class RevisionError(Exception):
@@ -39,45 +39,46 @@ def other_python(root: Path, python: str, environment: dict[str, Any]) -> Revisi
     """This checkout under another interpreter; its commit is the working tree's, or ``-`` outside git."""
     try:
         commit = git(root, "rev-parse", "HEAD")
-    except (RevisionError, OSError):
+    except GitError:
         commit = "-"
     return Revision(python, commit, root, python, environment)
-
-
-def git(root: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise RevisionError(done.stderr.strip() or f"git {' '.join(args)} exited {done.returncode}")
-    return done.stdout.strip()
 
 
 def commits(root: Path, ref: str) -> tuple[str, str]:
     """(REF's commit, the working tree's commit), after checking the checkout can be compared at all."""
     try:
-        git(root, "rev-parse", "--is-inside-work-tree")
-    except (RevisionError, OSError):
-        raise RevisionError(f"--perf-against needs a git checkout, and {root} is not one") from None
-    if git(root, "rev-parse", "--is-shallow-repository") == "true":
-        raise RevisionError("--perf-against needs the history, and this is a shallow clone: "
-                            "git fetch --unshallow (CI: actions/checkout with fetch-depth: 0)")
-    if git(root, "status", "--porcelain", "--untracked-files=no"):
-        raise RevisionError("--perf-against compares commits, and the working tree has uncommitted changes: "
-                            "commit or stash them")
+        check_comparable(root, "--perf-against", "--perf-against compares commits")
+    except GitError as exc:
+        raise RevisionError(str(exc)) from None
     try:
         reference = git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    except RevisionError:
+    except GitError:
         raise RevisionError(f"--perf-against {ref}: no such revision here (git rev-parse {ref} fails; "
                             "fetch it, or name a branch, tag or commit)") from None
-    return reference, git(root, "rev-parse", "HEAD")
+    return reference, head(root)
+
+
+def head(root: Path) -> str:
+    try:
+        return git(root, "rev-parse", "HEAD")
+    except GitError as exc:
+        raise RevisionError(str(exc)) from None
 
 
 def check_out(root: Path, ref: str, commit: str, into: Path) -> Revision:
-    git(root, "worktree", "add", "--detach", str(into), commit)
+    try:
+        git(root, "worktree", "add", "--detach", str(into), commit)
+    except GitError as exc:
+        raise RevisionError(f"{ref} could not be checked out beside the working tree: {exc}") from None
     return Revision(ref, commit, into)
 
 
 def remove(root: Path, revision: Revision) -> None:
-    git(root, "worktree", "remove", "--force", str(revision.root))
+    try:
+        git(root, "worktree", "remove", "--force", str(revision.root))
+    except GitError as exc:
+        raise RevisionError(f"the worktree of {revision.name} at {revision.root} was not removed: {exc}; "
+                            "git worktree prune forgets it once the directory is gone") from None
 
 
 def entry_in(revision: Revision, run: CaseRun, root: Path) -> Path | None:

@@ -14,11 +14,12 @@ import json
 import os
 import platform
 import re
-import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Sequence
+
+from perfgate.git import GitError, git, has_changes
 
 
 @dataclass(frozen=True)
@@ -153,15 +154,9 @@ def cpu_name(hardware: Hardware) -> str:
 
 def git_commit(root: Path) -> str:
     """HEAD of the repository at ``root``, with ``-dirty`` when the work tree has changes."""
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-
     try:
-        commit = git("rev-parse", "HEAD")
-        return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-    except (OSError, subprocess.SubprocessError):
+        return git(root, "rev-parse", "HEAD", timeout=10) + ("-dirty" if has_changes(root, timeout=10) else "")
+    except GitError:
         return "unknown"
 
 

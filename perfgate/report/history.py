@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from perfgate.git import GitError, git
 from perfgate.judge import baselines
 from perfgate.report import plots
 
@@ -39,23 +39,19 @@ class Point:
         return self.case, self.hardware_class, self.metric
 
 
-def _git(root: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise HistoryError(f"git {' '.join(args[:2])} failed in {root}: {done.stderr.strip()}")
-    return done.stdout
-
-
 def points(baseline_dir: Path, patterns: Sequence[str] = ()) -> list[Point]:
     """The committed values of every baseline file under ``baseline_dir`` whose case matches a pattern
     (a case id or a glob; none: every case), oldest first."""
     baseline_dir = baseline_dir.resolve()
     try:
-        root = Path(_git(baseline_dir if baseline_dir.is_dir() else Path.cwd(), "rev-parse", "--show-toplevel").strip())
-    except HistoryError:
+        root = Path(git(baseline_dir if baseline_dir.is_dir() else Path.cwd(), "rev-parse", "--show-toplevel"))
+    except GitError:
         raise HistoryError(f"{baseline_dir} is not in a git checkout: the history of baselines is their git history")
     where = baseline_dir.relative_to(root).as_posix()
-    log = _git(root, "log", "--reverse", "--format=%x00%H%x09%cI%x09%s", "--name-only", "--", where)
+    try:
+        log = git(root, "log", "--reverse", "--format=%x00%H%x09%cI%x09%s", "--name-only", "--", where)
+    except GitError as exc:
+        raise HistoryError(f"the git history of {where} was not read: {exc}") from None
     found = []
     for entry in log.split("\x00")[1:]:
         header, *files = entry.strip("\n").split("\n")
@@ -69,12 +65,9 @@ def points(baseline_dir: Path, patterns: Sequence[str] = ()) -> list[Point]:
 
 
 def _file_points(root: Path, commit: str, date: str, subject: str, name: str) -> list[Point]:
-    shown = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{name}"], capture_output=True, text=True)
-    if shown.returncode != 0:
-        return []
     try:
-        baseline = baselines.parse(json.loads(shown.stdout), f"{name} at {commit[:12]}")
-    except (ValueError, baselines.BaselineError):
+        baseline = baselines.parse(json.loads(git(root, "show", f"{commit}:{name}")), f"{name} at {commit[:12]}")
+    except (GitError, ValueError, baselines.BaselineError):
         return []
     return [Point(date, commit, subject, baseline.hardware_class, baseline.case, metric, ref.value, ref.unit,
                   ref.tolerance) for metric, ref in baseline.metrics.items()]

@@ -7,11 +7,11 @@ session, never the verdicts: the problem is a warning, and the gate's outcome st
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from perfgate.git import GitError, git
 from perfgate.launch import environment
 from perfgate.launch.hardware import git_commit
 from perfgate.report.terminal import HISTORY_HEADER, history_rows, table
@@ -28,12 +28,10 @@ def branch(root: Path) -> str | None:
         if os.environ.get(name):
             return os.environ[name]
     try:
-        done = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=10)
-    except (OSError, subprocess.SubprocessError):
+        name = git(root, "rev-parse", "--abbrev-ref", "HEAD", timeout=10)
+    except GitError:
         return None
-    name = done.stdout.strip()
-    return name if done.returncode == 0 and name != "HEAD" else None
+    return name if name != "HEAD" else None
 
 
 def standing(one: Series) -> dict[str, Any]:
