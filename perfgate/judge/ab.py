@@ -24,7 +24,8 @@ from perfgate.judge.gate import Gate
 from perfgate.judge.revision import Revision
 from perfgate.launch.plan import Plan
 from perfgate.measure import stats
-from perfgate.measure.measurer import Measurement, Measurer, launch_together
+from perfgate.measure.duet import launch_together
+from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed
 

@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from perfgate.launch.cores import duet_cores
 from perfgate.launch.diagnose import LaunchFailed
-from perfgate.launch.hardware import usable_core_ids
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import NodeLauncher
 from perfgate.measure import gpu_monitor, metrics, stats
@@ -127,7 +125,7 @@ class Measurer:
         self._nvml = nvml
         self._say = say or (lambda line, overwrite: None)
         self._tty = tty
-        self._label = label or plan.run.key
+        self.label = label or plan.run.key
         self.last_records: RunRecords | None = None
         """The last run's records, which a duet pair measures again on the span both sides ran in."""
 
@@ -147,7 +145,7 @@ class Measurer:
         argv = plan.run.argv(run_dir, plan.steps, plan.world_size, plan.warmup, self._inject_slowdown,
                              first_run=index == 0, root=self._root, timeout_s=plan.spec.timeout_s)
         spec = dataclasses.replace(plan.spec, workdir=run_dir, entry=argv, rank_cores=cores)
-        label = f"{self._label} run {index + 1}/{max(planned, index + 1)}"
+        label = f"{self.label} run {index + 1}/{max(planned, index + 1)}"
         progress = Progress(label, plan.steps, self._say, overwrite=self._tty, unit=plan.run.case.records.unit)
         follow = plan.run.case.records.follow(run_dir)
         window = Window(plan.warmup)
@@ -174,7 +172,7 @@ class Measurer:
             self._diverged_first(run_dir, index, argv, failure)
             if not self._failed_in_teardown(run_dir, index, failure):
                 result["verdict"] = failure.kind
-                raise CaseFailed(f"{self._label}: {failure.kind} in run {index + 1}: {failure.message}\n"
+                raise CaseFailed(f"{self.label}: {failure.kind} in run {index + 1}: {failure.message}\n"
                                  f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}") from None
             commands = failure.commands
         finally:
@@ -191,10 +189,10 @@ class Measurer:
             self.last_records = records
         except metrics.DivergedError as exc:
             result["verdict"] = "diverged"
-            raise CaseFailed(f"{self._label}: diverged in run {index + 1}: {exc}\n"
+            raise CaseFailed(f"{self.label}: diverged in run {index + 1}: {exc}\n"
                              f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}") from None
         except (RecordsError, metrics.MetricsError, ValueError) as exc:
-            raise CaseFailed(f"{self._label}: run {index + 1} finished but gave no measurement: {exc}\n"
+            raise CaseFailed(f"{self.label}: run {index + 1} finished but gave no measurement: {exc}\n"
                              f"logs kept in {run_dir}") from None
         run = {
             "run": index,
@@ -223,25 +221,9 @@ class Measurer:
         cache = run["facts"]["end"].get("compile_cache") or {}
         if cache.get("bypasses"):
             warnings.warn(CompileCacheBypassWarning(
-                f"{self._label} run {run['run'] + 1}: torch.compile could not cache {cache['bypasses']} graph(s) in "
+                f"{self.label} run {run['run'] + 1}: torch.compile could not cache {cache['bypasses']} graph(s) in "
                 f"{cache.get('dir') or 'its cache directory'} (inductor's FX graph cache bypassed them): they compile "
                 "again in every launch; run with TORCH_LOGS=+inductor to see why"))
-
-    def measure_within(self, span: tuple[float, float]) -> None:
-        """Measures the last run again on its measured steps that ran inside ``span``: under duet, while the other
-        side ran too. The side that finishes last runs its last steps alone on the cores, faster: a candidate with
-        a planted 10 % slowdown read 13 % faster than its reference on the wall clock's fastest step so."""
-        run, records = self.measurement.runs[-1], self.last_records
-        kept = overlapping(records, self.plan.warmup, span)
-        if len(kept.steps) - self.plan.warmup < MIN_OVERLAP_STEPS:
-            raise CaseFailed(f"{self._label}: run {run['run'] + 1} of a duet pair ran only "
-                             f"{len(kept.steps) - self.plan.warmup} of its measured steps while the other side ran: "
-                             "one side started or ended far from the other; give the case more steps (--perf-steps), or "
-                             "launch the sides in turn (--perf-ab-in-turn)")
-        measured = metrics.compute(kept, self.plan.warmup, self.plan.world_size).as_dict()
-        measured["total_time_secs"] = run["metrics"]["total_time_secs"]
-        run["metrics"] = measured
-        self.result["measured"] = self.measurement.medians()
 
     def finish(self, min_gpu_util: float) -> None:
         """Flags GPUs that idled and writes ``result.json`` (the record, the command and every run) next to
@@ -262,7 +244,7 @@ class Measurer:
             metrics.check_finite(self.plan.run.case.records.read(run_dir))
         except metrics.DivergedError as exc:
             self.result["verdict"] = "diverged"
-            raise CaseFailed(f"{self._label}: diverged in run {index + 1}: {exc}; then {failure.kind}: "
+            raise CaseFailed(f"{self.label}: diverged in run {index + 1}: {exc}; then {failure.kind}: "
                              f"{failure.message.splitlines()[0]}\nconfiguration: {shlex.join(argv)}\n"
                              f"logs kept in {run_dir}") from None
         except (RecordsError, OSError):
@@ -317,76 +299,3 @@ class Measurer:
         """The launch command as it can be rerun from the repository root on another host."""
         return (command.replace(str(run_dir), "$WORKDIR")
                 .replace(str(self._root) + "/", "").replace(sys.executable, "python"))
-
-
-MIN_OVERLAP_STEPS = 2
-"""The fewest measured steps a duet side may keep from the span both sides ran in."""
-
-
-def step_span(records: RunRecords | None) -> tuple[float, float] | None:
-    """From the start of a run's first step to the end of its last (wall clock); None where a step has no time."""
-    if records is None or not records.steps or any(step.t is None for step in records.steps):
-        return None
-    first = records.steps[0]
-    return first.t - first.step_s, records.steps[-1].t
-
-
-def common_span(runs: Sequence[RunRecords | None]) -> tuple[float, float] | None:
-    """The wall-clock span in which every run was inside its steps; None where a run's steps carry no times."""
-    spans = [step_span(records) for records in runs]
-    if not spans or None in spans:
-        return None
-    return max(start for start, _ in spans), min(end for _, end in spans)
-
-
-def overlapping(records: RunRecords, warmup: int, span: tuple[float, float]) -> RunRecords:
-    """The run's warm-up steps, then those of its measured steps that began and ended inside ``span``."""
-    start, end = span
-    measured = [step for step in records.steps[warmup:] if step.t - step.step_s >= start and step.t <= end]
-    return dataclasses.replace(records, steps=(*records.steps[:warmup], *measured))
-
-
-def launch_together(measurers: Sequence[Measurer], planned: int) -> None:
-    """One launch of each of two measurers at the same time (a duet pair), each in a thread of its own, their ranks
-    pinned so that both meet the same contention (launch.cores), each measured on the steps it ran while the other
-    ran too. The first to fail, or an interrupt of the session (Ctrl-C, SIGTERM), stops the other at its next poll,
-    its processes killed; then that failure or interrupt is raised."""
-    stop = threading.Event()
-    failures: list[BaseException] = []
-    ranks = max(measurer.plan.spec.nodes * measurer.plan.spec.procs_per_node for measurer in measurers)
-    cores = duet_cores(usable_core_ids(), ranks)
-    ended = [threading.Event() for _ in measurers]
-
-    def launch(measurer: Measurer, side_cores: Sequence[int], done: threading.Event) -> None:
-        try:
-            measurer.launch_once(planned, stop, side_cores)
-        except BaseException as failure:  # handed to the main thread, which raises it
-            failures.append(failure)
-            stop.set()
-        finally:
-            done.set()
-
-    # Each side says itself when it has ended, its processes killed: a Thread.join that Ctrl-C interrupts marks the
-    # thread stopped while it still runs (CPython gh-90882, through 3.12), so a join after it would return at once.
-    threads = [threading.Thread(target=launch, args=(measurer, side_cores, done), name=f"perfgate-duet-{side}",
-                                daemon=True)
-               for side, (measurer, side_cores, done) in enumerate(zip(measurers, cores, ended, strict=True))]
-    try:
-        for thread in threads:
-            thread.start()
-        for done in ended:
-            while not done.wait(0.2):
-                pass
-    except BaseException:
-        stop.set()
-        for thread, done in zip(threads, ended):
-            if thread.ident is not None:
-                done.wait()
-        raise
-    causes = [failure for failure in failures if not isinstance(failure, LaunchStopped)] or failures
-    if causes:
-        raise causes[0]
-    both = common_span([measurer.last_records for measurer in measurers])
-    if both is not None:
-        for measurer in measurers:
-            measurer.measure_within(both)
