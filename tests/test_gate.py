@@ -13,8 +13,8 @@ from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
 from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import (Gate, HostSpinWarning, StaleBaselineWarning, StoredBaseline, UngatedMetricWarning,
-                                 UnresolvedVerdictWarning)
+from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning
+from perfgate.judge.gated import HostSpinWarning, UngatedMetricWarning
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchSpec

@@ -6,8 +6,7 @@
   --perf-ab-resolve, so does a pass that cannot yet rule out the slowdown asked for, which ends unresolved if the
   runs run out (a warning, or a failure under --fail-unresolved);
 - no reference: skipped with how to create one (failed under --strict-baselines);
-- --update-baselines: the runs become the stored baseline, disturbed runs left out and re-measured;
-  a baseline from other hardware, another workload version or a publication is refused.
+- --update-baselines: the runs become the stored baseline (judge/baseline_update.py).
 """
 
 from __future__ import annotations
@@ -18,14 +17,13 @@ from typing import Any, Callable, Protocol
 
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines, machine_drop, session_spread
+from perfgate.judge.baseline_update import BaselineUpdate
+from perfgate.judge.gated import GatedMetrics
 from perfgate.judge.session_spread import SessionSpread
-from perfgate.launch import hardware
 from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, metrics, stats
 from perfgate.measure.measurer import Measurement, Measurer
-from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.records import host_wait
 
 
 def undecided(outcomes: set[str]) -> bool:
@@ -40,22 +38,9 @@ class StaleBaselineWarning(UserWarning):
     """A case ran significantly faster than its baseline allows: re-measure and review the baseline."""
 
 
-def why_absent(measurement: Measurement, name: str) -> str:
-    """What the runs' start records say of a metric they did not measure (no hardware counter, say), if anything."""
-    fact = METRICS[name].why_absent
-    if fact is None:
-        return ""
-    said = sorted(set(measurement.start_facts(fact)))
-    return f" ({'; '.join(said)})" if said else ""
-
-
 class SessionSpreadWarning(UserWarning):
     """The case moves further between sessions on this machine than its stored tolerance allows: a change inside
     that spread is unresolved, not a FAIL, and a pass catches only the slowdown it names."""
-
-
-class UngatedMetricWarning(UserWarning):
-    """A metric the case gates was left out: its reference does not have it (a baseline or revision from before it)."""
 
 
 class PlantNotTakenWarning(UserWarning):
@@ -65,10 +50,6 @@ class PlantNotTakenWarning(UserWarning):
 
 class UnresolvedVerdictWarning(UserWarning):
     """The runs allowed could not tell the slowdown --perf-ab-resolve asks about from none."""
-
-
-class HostSpinWarning(UserWarning):
-    """host_cpu_per_step_s is gated on runs whose host spun while it waited for the GPU: it read the device's time."""
 
 
 PLANT_TAKEN = 0.5
@@ -144,6 +125,7 @@ class Gate:
         self.measurer = measurer
         self.reference = reference
         self.result = measurer.result
+        self.gated = GatedMetrics(plan, self.result)
         self._root = root
         self._pytest_args = pytest_args
         self._nvml = nvml
@@ -158,8 +140,8 @@ class Gate:
                 raise CaseFailed(f"{run.key}: {exc}") from None
             baseline = None
         if settings.update_baselines:
-            self.refuse_foreign_overwrite(baseline)
-            return self.update(baseline, self.measure_baseline())
+            return BaselineUpdate(self.plan, settings, self.measurer, self.reference.where, self.gated, root=self._root,
+                                  pytest_args=self._pytest_args, nvml=self._nvml).run(baseline)
         if baseline is not None and baseline.workload_version != run.case.version:
             raise CaseFailed(f"{run.key}: {self.reference.where} was measured with workload version "
                              f"{baseline.workload_version}, the case is version {run.case.version}: the numbers "
@@ -171,7 +153,7 @@ class Gate:
     def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, Any]:
         """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""
         plan, result, cap = self.plan, self.result, self.repeat_cap()
-        self.note_ungated([name for name in plan.run.gated if name not in baseline.metrics],
+        self.gated.note_ungated([name for name in plan.run.gated if name not in baseline.metrics],
                           f"its reference ({self.reference.where}) has none (it is from before the metric); "
                           f"{self.reference.remedy}")
         while True:
@@ -315,46 +297,14 @@ class Gate:
         return {name: [metrics.calibrated(name, value, now, reference) for value in measurement.values(name)]
                 for name in baseline.metrics}
 
-    def floors(self) -> dict[str, float]:
-        """Each gated metric's least tolerance, by the clock it reads."""
-        return {name: self.plan.tolerance_floor(METRICS[name].clock) for name in self.plan.run.gated}
-
-    def measured_gated(self, measurement: Measurement) -> list[str]:
-        """The gated metrics the runs measured; one that none did (CPU time from records without it) is left out,
-        saying so, as long as another remains."""
-        run = self.plan.run
-        measured = [name for name in run.gated if measurement.values(name)]
-        if not measured:
-            raise CaseFailed(f"{run.key}: the runs measured none of the gated metrics ({', '.join(run.gated)})")
-        for name in run.gated:
-            if name not in measured:
-                self.note_ungated([name], "the runs did not measure it" + why_absent(measurement, name))
-        if "host_cpu_per_step_s" in measured and any(str(fact).startswith(host_wait.SPINS) for fact in
-                                                     measurement.start_facts("host_wait")):
-            warnings.warn(HostSpinWarning(
-                f"{run.key}: host_cpu_per_step_s is gated, but the host spun while it waited for the GPU, so its CPU "
-                "time per step is the step's time, not its work: give the case's GPU flavour {'host-wait': 'block'} "
-                "(docs/clocks.md)"))
-        return measured
-
-    def note_ungated(self, names: list[str], why: str) -> None:
-        """Says, in result.json and with a warning, which gated metrics were left out and why."""
-        if not names:
-            return
-        self.result.setdefault("ungated", []).extend({"metric": name, "why": why} for name in names)
-        warnings.warn(UngatedMetricWarning(f"{self.plan.run.key}: {', '.join(names)} not gated: {why}"))
-
-    def unit(self, name: str) -> str:
-        return metrics.unit_of(name, self.plan.run.case.records.unit)
-
     def no_baseline(self, measurement: Measurement) -> dict[str, Any]:
         """Nothing to judge against: the measurement is reported, and the case skipped with how to create one."""
         plan, measured = self.plan, measurement.medians()
         self.result["verdict"] = "no-baseline"
         self.result["metrics"] = [
-            {"metric": name, "unit": self.unit(name), "measured": measured[name], "verdict": "no-baseline",
+            {"metric": name, "unit": self.gated.unit(name), "measured": measured[name], "verdict": "no-baseline",
              "run_values": measurement.values(name)}
-            for name in self.measured_gated(measurement)
+            for name in self.gated.measured(measurement)
         ]
         message = (f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({self.reference.where} "
                    f"does not exist), so nothing was gated. Create it: pytest '{plan.test_id}' --update-baselines, "
@@ -362,86 +312,6 @@ class Gate:
         if self.settings.strict_baselines:
             raise CaseFailed(message)
         raise CaseSkipped(message)
-
-    def measure_baseline(self) -> Measurement:
-        """The baseline's runs; a disturbed run (see stats.disturbed) is measured again, up to half as many
-        extra launches as planned, so one slow spell of a shared machine does not become the reference."""
-        planned = self.settings.baseline_repeats
-        measurement = self.measurer.measure(planned)
-        for _ in range(planned // 2):
-            if len(measurement.runs) - len(measurement.disturbed(self.floors())) \
-                    >= planned:
-                break
-            self.measurer.launch_once(planned + planned // 2)
-        return measurement
-
-    def refuse_foreign_overwrite(self, old: baselines.Baseline | None) -> None:
-        """--update-baselines must not silently replace numbers from other hardware or another workload."""
-        if old is None or self.settings.force_baseline_update:
-            return
-        plan = self.plan
-        measured_on = old.provenance.get("hardware", {}).get("detected_class")
-        if old.workload_version != plan.run.case.version:
-            reason = f"workload version {old.workload_version} (the case is version {plan.run.case.version})"
-        elif measured_on is None:
-            reason = "a baseline perfgate did not measure on this kind of machine (a published reference?)"
-        elif measured_on != plan.detected_class:
-            reason = f"hardware class {measured_on} (this machine is {plan.detected_class})"
-        else:
-            return
-        raise CaseFailed(f"{plan.run.key}: refusing to overwrite {self.reference.where}: it holds {reason}. "
-                         "Pass --force-baseline-update to replace it anyway.")
-
-    def update(self, old: baselines.Baseline | None, measurement: Measurement) -> dict[str, Any]:
-        """Writes the runs, less the disturbed ones, as the new baseline; the result shows old against new."""
-        dropped = measurement.disturbed(self.floors())
-        new = self.new_baseline(measurement, dropped)
-        baselines.write(self.reference.where, new)
-        rows = []
-        for name, ref in new.metrics.items():
-            before = old.metrics.get(name) if old else None
-            rows.append({
-                "metric": name, "unit": ref.unit, "measured": ref.value, "tolerance": ref.tolerance,
-                "noise": stats.relative_spread(ref.runs), "runs": len(ref.runs), "run_values": list(ref.runs),
-                "baseline": before.value if before else None,
-                "change": (ref.value - before.value) / before.value if before else None, "verdict": "updated",
-            })
-        self.result.update(verdict="updated", metrics=rows, disturbed_runs=len(dropped))
-        return self.result
-
-    def new_baseline(self, measurement: Measurement, dropped: list[int]) -> baselines.Baseline:
-        """The kept runs' medians, each with a fixed or noise-derived tolerance, and where they came from."""
-        plan = self.plan
-        run, flavour = plan.run, plan.run.flavour
-        kept = Measurement([r for r in measurement.runs if r["run"] not in dropped], measurement.command)
-        new_metrics = {}
-        for name in self.measured_gated(kept):
-            runs = tuple(float(f"{v:.6g}") for v in kept.values(name))
-            clock = METRICS[name].clock
-            tolerance = flavour.fixed_tolerance(clock)
-            if tolerance is None:
-                tolerance = round(stats.noise_tolerance(runs, flavour.least_tolerance(clock)), 4)
-            new_metrics[name] = baselines.MetricBaseline(
-                value=float(f"{stats.median(runs):.6g}"), better=METRICS[name].better,
-                tolerance=tolerance, unit=self.unit(name), runs=runs,
-            )
-        provenance = hardware.provenance(plan.hardware, root=self._root, command=measurement.command,
-                                         hardware_class_name=plan.hardware_class, nodes=plan.node_hardware)
-        provenance["hardware"]["detected_class"] = plan.detected_class
-        if run.kind == "gpu":
-            nvml, why_not = self._nvml()
-            provenance["hardware"]["nvml"] = gpu_monitor.fingerprint(nvml) or why_not
-        return baselines.Baseline(
-            case=run.key,
-            hardware_class=plan.hardware_class,
-            workload_version=run.case.version,
-            metrics=new_metrics,
-            provenance={**provenance, "pytest_args": self._pytest_args,
-                        "warmup_steps": plan.warmup, "steps": plan.steps, "measured": kept.medians(),
-                        "disturbed_runs": [{"run": r["run"], **{name: r["metrics"][name] for name in run.gated}}
-                                           for r in measurement.runs if r["run"] in dropped]},
-        )
-
 
 def verdict_row(verdict: baselines.MetricVerdict, outcome: str) -> dict[str, Any]:
     c = verdict.comparison
