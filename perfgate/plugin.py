@@ -39,7 +39,7 @@ from perfgate.launch.spec import NodeLauncher
 from perfgate.measure import gpu_monitor
 from perfgate.measure.measurer import Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.report import terminal
+from perfgate.report import tables, terminal
 from perfgate.report.benchmark_json import BenchmarkJson
 from perfgate.report.directory import ReportDirectory
 from perfgate.report.results_file import ResultsFile
@@ -367,7 +367,7 @@ def _as_pytest_outcome(result: dict[str, Any] | None) -> Iterator[None]:
         skip, fail = None, str(failed)
     if fail is None:
         if result is not None and result.get("known"):
-            skip += "\n" + "\n".join([terminal.KNOWN_HEADING, *known.describe(result["known"])])
+            skip += "\n" + "\n".join([f"{tables.KNOWN_HEADING}:", *known.describe(result["known"])])
         pytest.skip(skip)
     if result is not None:
         result["message"] = fail

@@ -21,7 +21,7 @@ from perfgate.launch.spec import LaunchSpec
 from perfgate.measure import stats
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.records import host_wait
-from perfgate.report import terminal
+from perfgate.report import tables
 
 CPU = "cpu_seconds_per_sample"
 
@@ -363,7 +363,7 @@ def test_ab_budget_starts_no_pair_that_would_end_past_it(tmp_path, budget, pairs
     stop = candidate.result.get("ab_budget_stop")
     assert stop == (None if budget is None else f"no pair {pairs + 1}: it would end {60 * pairs + 60} s after the "
                                                 f"case began, past --perf-ab-budget {budget} s")
-    assert terminal.ab_rows([candidate.result])[0][1:] == [str(pairs), f"{pairs}:00", stop or "-"]
+    assert tables.ab_rows([candidate.result])[0][1:] == [str(pairs), f"{pairs}:00", stop or "-"]
 
 
 def test_ab_judges_pairs_so_drift_over_the_session_does_not_hide_a_slowdown(tmp_path):

@@ -14,7 +14,7 @@ from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchResult, LaunchSpec
 from perfgate.measure import gpu_monitor
 from perfgate.measure.measurer import Measurer
-from perfgate.report import terminal
+from perfgate.report import tables
 
 
 class FakeNvml:
@@ -147,7 +147,7 @@ def test_a_query_the_gpu_does_not_support_leaves_that_field_out_and_says_so_once
     assert monitor.error == "GPU 0: no utilisation (Not Supported)"
     summary = gpu_monitor.summarize(monitor.samples)
     assert summary["mean_utilization"] is None and summary["mean_power_w"] == 650.0
-    assert terminal.gpu_rows([{"case": "a", "gpu": summary}], 0.9) == [["a", "-", "1.0 GiB", "650 W", "none", ""]]
+    assert tables.gpu_rows([{"case": "a", "gpu": summary}], 0.9) == [["a", "-", "1.0 GiB", "650 W", "none", ""]]
 
 
 class NoHandleNvml(FakeNvml):
@@ -300,7 +300,7 @@ def test_fingerprint_names_gpus_memory_driver_and_cuda():
 
 def test_report_flags_a_case_under_the_utilisation_floor():
     gpu = {"mean_utilization": 0.62, "peak_memory_bytes": 40 * 2**30, "mean_power_w": 410.0, "throttle": []}
-    rows = terminal.gpu_rows([{"case": "a", "gpu": gpu}, {"case": "b", "gpu": {**gpu, "mean_utilization": 0.97,
+    rows = tables.gpu_rows([{"case": "a", "gpu": gpu}, {"case": "b", "gpu": {**gpu, "mean_utilization": 0.97,
                                                                               "throttle": ["power cap"]}},
                             {"case": "cpu-case"}], min_utilization=0.9)
     assert rows == [["a", "62%", "40.0 GiB", "410 W", "none", "LOW UTILISATION (< 90%)"],

@@ -7,7 +7,7 @@ import pytest
 from conftest import REPO
 from perfgate.config.settings import Settings
 from perfgate.judge import known
-from perfgate.report import terminal
+from perfgate.report import tables
 
 
 def measured_baseline(root, hardware_class, case, samples_per_second, world):
@@ -92,9 +92,9 @@ def test_the_summary_ends_with_the_command_and_an_estimate_from_the_launches_mea
                {**result("b-cpu", "cpu-here-2c-n1", 2), "test": "tests_perf/t.py::t[b-cpu]",
                 "per_run": [{"time_s": {"total_s": 10.0}}]}]
     settings = Settings(baseline_dir=tmp_path, baseline_repeats=7)
-    assert terminal.baselines_estimate_s(missing, 7) == 30 + 6 * 21 + 7 * 10
-    text = terminal.create_baselines_line(missing, settings, None)
+    assert tables.baselines_estimate_s(missing, 7) == 30 + 6 * 21 + 7 * 10
+    text = tables.create_baselines_line(missing, settings, None)
     assert "2 case(s) have no baseline for hardware class cpu-here-2c-n1" in text
     assert "(7 launches per case, about 3:46 (m:ss) from the launches just measured)" in text
     assert text.endswith("python -m pytest 'tests_perf/t.py::t[a-cpu]' 'tests_perf/t.py::t[b-cpu]' --update-baselines")
-    assert terminal.create_baselines_line(missing, settings, "make baselines").endswith("\n  make baselines")
+    assert tables.create_baselines_line(missing, settings, "make baselines").endswith("\n  make baselines")

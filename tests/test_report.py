@@ -1,6 +1,7 @@
 from perfgate.measure.progress import Progress
 from perfgate.records.steps import StepRecord
-from perfgate.report.terminal import summary_rows, table
+from perfgate.report.tables import summary_rows
+from perfgate.report.terminal import table
 
 
 def test_progress_line_shows_case_step_rate_and_elapsed():
@@ -34,7 +35,7 @@ def test_summary_table_has_a_row_per_metric():
 
 
 def test_update_table_shows_old_new_change_tolerance_noise_and_runs():
-    from perfgate.report.terminal import UPDATE_HEADER, update_rows
+    from perfgate.report.tables import UPDATE_HEADER, update_rows
 
     results = [{"case": "c", "metrics": [
         {"metric": "samples_per_second", "unit": "samples/s", "baseline": 100.0, "measured": 110.0, "change": 0.1,
@@ -49,7 +50,7 @@ def test_update_table_shows_old_new_change_tolerance_noise_and_runs():
 
 
 def test_bottleneck_names_the_slower_of_io_and_compute():
-    from perfgate.report.terminal import bottleneck
+    from perfgate.report.tables import bottleneck
 
     assert bottleneck(303.3, 359.4) == "input-bound: IO 303/s < compute 359/s"
     assert bottleneck(779.0, 421.6) == "compute-bound: compute 422/s <= IO 779/s"
@@ -57,7 +58,7 @@ def test_bottleneck_names_the_slower_of_io_and_compute():
 
 
 def test_profile_rows_show_throughput_tflops_mfu_cpu_time_and_bottleneck():
-    from perfgate.report.terminal import PROFILE_HEADER, profile_rows
+    from perfgate.report.tables import PROFILE_HEADER, profile_rows
 
     results = [{"case": "unet3d-a-gpu", "measured": {"samples_per_second": 252.0, "tflops": 181.2, "mfu": 0.183,
                                                      "io_samples_per_second": 303.3,
@@ -73,7 +74,7 @@ def test_profile_rows_show_throughput_tflops_mfu_cpu_time_and_bottleneck():
 
 
 def test_scaling_rows_give_speedup_and_efficiency_per_family():
-    from perfgate.report.terminal import scaling_rows
+    from perfgate.report.tables import scaling_rows
 
     results = [
         {"case": f"resnet50-fp32-ddp{n}-gpu", "family": "resnet50-fp32", "world_size": n,
@@ -141,7 +142,8 @@ def launch(startup, warmup, window, after, teardown):
 def test_where_the_launches_time_went_is_summed_per_case_with_the_reference_side_and_the_sessions_window_share():
     from perfgate.config.settings import Settings
     from perfgate.report import markdown
-    from perfgate.report.terminal import TIME_HEADER, TIME_HEADING, TerminalSummary, time_rows, window_share_line
+    from perfgate.report.tables import TIME_HEADER, TIME_HEADING, time_rows, window_share_line
+    from perfgate.report.terminal import TerminalSummary
 
     compiled = {"case": "clip-l-gpu", "verdict": "pass", "metrics": [],
                 "per_run": [launch(35.6, 86.2, 9.8, 1.0, 4.4), launch(30.0, 20.0, 10.0, 1.0, 3.0)]}
@@ -159,7 +161,7 @@ def test_where_the_launches_time_went_is_summed_per_case_with_the_reference_side
 
     lines = []
     TerminalSummary(lambda title: None, lambda text, **markup: lines.append(text)).write([compiled, paired], Settings())
-    start = lines.index(TIME_HEADING)
+    start = lines.index(f"{TIME_HEADING}:")
     assert lines[start + 1].split()[:3] == ["case", "launches", "start-up"] and lines[-1] == share
     document = markdown.summary([compiled, paired], Settings())
     assert "### Where the launches' time went" in document

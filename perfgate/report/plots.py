@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from perfgate.report import terminal
+from perfgate.report import tables
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -173,7 +173,7 @@ def draw(results: Sequence[dict[str, Any]], directory: Path) -> dict[str, list[s
         save(case, f"{case}-timeline.png", timeline(result))
         save(case, f"{case}-runs.png", against_baseline(result))
         save(case, f"{case}-gpu.png", gpu(result))
-    for family, by_size in terminal.scaling_families(results).items():
-        cases = sorted(r["case"] for r in results if terminal.scaling_family(r) == family)
+    for family, by_size in tables.scaling_families(results).items():
+        cases = sorted(r["case"] for r in results if tables.scaling_family(r) == family)
         save(family, f"{family}-scaling.png", scaling(family, by_size, cases))
     return pictures

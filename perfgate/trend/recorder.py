@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from perfgate.git import GitError, git
 from perfgate.launch import environment
 from perfgate.launch.hardware import git_commit
-from perfgate.report.terminal import HISTORY_HEADER, history_rows, table
+from perfgate.report.tables import HISTORY_HEADER, history_rows
+from perfgate.report.terminal import table
 from perfgate.trend.analysis import Series, series
 from perfgate.trend.database import Context, DatabaseError, ResultsDatabase
 
