@@ -11,9 +11,10 @@ baselines.
 reads any script's per-step log lines as a ``LogLines`` case would (named groups ``step_s`` or ``rate``) and
 prints the steps found and the window's throughput.
 
-    perfgate history [CASE ...] [--baseline-dir DIR] [--png PATH]
+    perfgate baseline-log [CASE ...] [--baseline-dir DIR] [--png PATH]
 
-prints each case's baseline values across the git history of the baseline directory, and draws them.
+prints each case's baseline values across the git history of the baseline directory, and draws them (the
+command was called ``perfgate history``, which still works: the results history is --perf-history's database).
 
     perfgate trend [CASE ...] [--history URL] [--fail-on-regression] [--png PATH]
 
@@ -39,7 +40,7 @@ from perfgate.measure import metrics
 from perfgate.records import openclip_log
 from perfgate.records.sources import LogLines
 from perfgate.records.steps import RunRecords
-from perfgate.report import history
+from perfgate.report import baseline_log
 from perfgate.report.terminal import table
 
 LOG_FORMATS = ("open_clip", "lines")
@@ -87,16 +88,16 @@ def import_log(fmt: str, path: Path, as_json: bool) -> int:
     return 0
 
 
-def show_history(patterns: list[str], baseline_dir: Path, png: Path | None) -> int:
-    found = history.points(baseline_dir, patterns)
+def show_baseline_log(patterns: list[str], baseline_dir: Path, png: Path | None) -> int:
+    found = baseline_log.points(baseline_dir, patterns)
     if not found:
         wanted = f" matching {' '.join(patterns)}" if patterns else ""
-        raise history.HistoryError(f"no committed baseline{wanted} under {baseline_dir}: commit baselines first, or "
+        raise baseline_log.BaselineLogError(f"no committed baseline{wanted} under {baseline_dir}: commit baselines first, or "
                                    "check the case ids (`ls` the hardware class directories)")
-    print("\n".join(table(history.table_rows(found), history.HEADER)))
+    print("\n".join(table(baseline_log.table_rows(found), baseline_log.HEADER)))
     if png is not None:
         png.parent.mkdir(parents=True, exist_ok=True)
-        history.figure(found).savefig(png, dpi=100)
+        baseline_log.figure(found).savefig(png, dpi=100)
         print(f"wrote {png}")
     return 0
 
@@ -119,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     importer.add_argument("--samples-per-step", type=int, help="lines: samples per logged step, all ranks")
     importer.add_argument("--warmup", type=int, default=0, help="lines: first steps left out (default 0)")
     past = commands.add_parser(
-        "history",
+        "baseline-log", aliases=["history"],
         help="a case's baseline values across the git history of the baselines",
         description="Print every committed value of the cases' baselines, oldest first, per case, hardware class "
         "and metric, with the change from the commit before, so a reviewer sees the trend behind today's number.",
@@ -148,14 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         return command.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "history":
-            return show_history(args.cases, args.baseline_dir, args.png)
+        if args.command in ("baseline-log", "history"):
+            return show_baseline_log(args.cases, args.baseline_dir, args.png)
         if args.format == "lines":
             return import_lines(args.path, args.pattern, args.samples_per_step, args.warmup, args.json)
         return import_log(args.format, args.path, args.json)
     except FileNotFoundError:
         print(f"perfgate: error: {args.path}: no such file", file=sys.stderr)
-    except (openclip_log.LogError, history.HistoryError) as exc:
+    except (openclip_log.LogError, baseline_log.BaselineLogError) as exc:
         print(f"perfgate: error: {exc}", file=sys.stderr)
     return 2
 

@@ -12,7 +12,7 @@ imread = pytest.importorskip("matplotlib.image", reason="the reports need matplo
 
 from perfgate import cli  # noqa: E402
 from perfgate.config.settings import Settings  # noqa: E402
-from perfgate.report import benchmark_json, history, plots, terminal  # noqa: E402
+from perfgate.report import baseline_log, benchmark_json, plots, terminal  # noqa: E402
 from perfgate.report.directory import ReportDirectory  # noqa: E402
 
 WARMUP = 2
@@ -194,7 +194,7 @@ def commit_baseline(repo, value, message):
                    check=True)
 
 
-def test_history_lists_each_committed_value_with_its_change_and_draws_it(tmp_path, capsys):
+def test_the_baseline_log_lists_each_committed_value_with_its_change_and_draws_it(tmp_path, capsys):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     commit_baseline(tmp_path, 100.0, "first baseline")
     commit_baseline(tmp_path, 110.0, "faster loader")
@@ -202,7 +202,7 @@ def test_history_lists_each_committed_value_with_its_change_and_draws_it(tmp_pat
     subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
     commit_baseline(tmp_path, 99.0, "re-measured")
 
-    code = cli.main(["history", "x-*", "--baseline-dir", str(tmp_path / "baselines"), "--png", str(tmp_path / "h.png")])
+    code = cli.main(["baseline-log", "x-*", "--baseline-dir", str(tmp_path / "baselines"), "--png", str(tmp_path / "h.png")])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
     rows = [line.split() for line in lines if line.startswith("x-fp32-cpu")]
@@ -210,16 +210,16 @@ def test_history_lists_each_committed_value_with_its_change_and_draws_it(tmp_pat
                                                           ("99", "-10.0%", "5.0%")]
     pixels = imread(tmp_path / "h.png")
     assert pixels[..., :3].std() > 0.05
-    assert [p.subject for p in history.points(tmp_path / "baselines", ["x-fp32-cpu"])] == [
+    assert [p.subject for p in baseline_log.points(tmp_path / "baselines", ["x-fp32-cpu"])] == [
         "first baseline", "faster loader", "re-measured"]
 
 
-def test_history_says_what_is_wrong(tmp_path, capsys):
+def test_the_baseline_log_says_what_is_wrong_also_under_its_old_name(tmp_path, capsys):
     assert cli.main(["history", "--baseline-dir", str(tmp_path)]) == 2
     assert "is not in a git checkout" in capsys.readouterr().err
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     commit_baseline(tmp_path, 100.0, "first")
-    assert cli.main(["history", "nope-*", "--baseline-dir", str(tmp_path / "baselines")]) == 2
+    assert cli.main(["baseline-log", "nope-*", "--baseline-dir", str(tmp_path / "baselines")]) == 2
     assert "no committed baseline matching nope-*" in capsys.readouterr().err
 
 

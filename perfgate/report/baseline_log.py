@@ -1,4 +1,4 @@
-"""A case's baseline values across the git history of the baseline directory (``perfgate history``).
+"""A case's baseline values across the git history of the baseline directory (``perfgate baseline-log``).
 
 Every commit that changed a baseline file contributes that file's values as committed then, so a
 reviewer sees the trend that led to today's number: a table per case, hardware class and metric
@@ -18,12 +18,14 @@ from perfgate.judge import baselines
 from perfgate.report import plots
 
 
-class HistoryError(Exception):
-    """The history cannot be read (not a git checkout, no such cases); the message says what to do."""
+class BaselineLogError(Exception):
+    """The baselines' git history cannot be read (not a git checkout, no such cases); the message says what to do."""
 
 
 @dataclass(frozen=True)
-class Point:
+class LoggedValue:
+    """One committed value of one metric of a baseline file."""
+
     date: str
     commit: str
     subject: str
@@ -39,19 +41,19 @@ class Point:
         return self.case, self.hardware_class, self.metric
 
 
-def points(baseline_dir: Path, patterns: Sequence[str] = ()) -> list[Point]:
+def points(baseline_dir: Path, patterns: Sequence[str] = ()) -> list[LoggedValue]:
     """The committed values of every baseline file under ``baseline_dir`` whose case matches a pattern
     (a case id or a glob; none: every case), oldest first."""
     baseline_dir = baseline_dir.resolve()
     try:
         root = Path(git(baseline_dir if baseline_dir.is_dir() else Path.cwd(), "rev-parse", "--show-toplevel"))
     except GitError:
-        raise HistoryError(f"{baseline_dir} is not in a git checkout: the history of baselines is their git history")
+        raise BaselineLogError(f"{baseline_dir} is not in a git checkout: the history of baselines is their git history")
     where = baseline_dir.relative_to(root).as_posix()
     try:
         log = git(root, "log", "--reverse", "--format=%x00%H%x09%cI%x09%s", "--name-only", "--", where)
     except GitError as exc:
-        raise HistoryError(f"the git history of {where} was not read: {exc}") from None
+        raise BaselineLogError(f"the git history of {where} was not read: {exc}") from None
     found = []
     for entry in log.split("\x00")[1:]:
         header, *files = entry.strip("\n").split("\n")
@@ -64,16 +66,16 @@ def points(baseline_dir: Path, patterns: Sequence[str] = ()) -> list[Point]:
     return found
 
 
-def _file_points(root: Path, commit: str, date: str, subject: str, name: str) -> list[Point]:
+def _file_points(root: Path, commit: str, date: str, subject: str, name: str) -> list[LoggedValue]:
     try:
         baseline = baselines.parse(json.loads(git(root, "show", f"{commit}:{name}")), f"{name} at {commit[:12]}")
     except (GitError, ValueError, baselines.BaselineError):
         return []
-    return [Point(date, commit, subject, baseline.hardware_class, baseline.case, metric, ref.value, ref.unit,
+    return [LoggedValue(date, commit, subject, baseline.hardware_class, baseline.case, metric, ref.value, ref.unit,
                   ref.tolerance) for metric, ref in baseline.metrics.items()]
 
 
-def table_rows(found: Sequence[Point]) -> list[list[str]]:
+def table_rows(found: Sequence[LoggedValue]) -> list[list[str]]:
     """One row per committed value, grouped by case, class and metric, with the change from the one before."""
     rows = []
     for series in sorted({p.series for p in found}):
@@ -90,7 +92,7 @@ def table_rows(found: Sequence[Point]) -> list[list[str]]:
 HEADER = ("case", "hardware class", "metric", "date", "commit", "value", "change", "tolerance", "commit message")
 
 
-def figure(found: Sequence[Point]) -> Any:
+def figure(found: Sequence[LoggedValue]) -> Any:
     """One axis per metric, one line per case and hardware class, values against commit date."""
     from datetime import datetime
 
