@@ -60,7 +60,7 @@ def launch_wrapped(args: argparse.Namespace, timing: str, run_dir: Path, extra: 
     """One launch of the unmodified test script under OptimizerSteps' wrapper (``extra``: the wrapper's options, such
     as ``--inject-slowdown``); its step records."""
     records = run_dir / "steps.jsonl"
-    entry = ["-m", "perfgate.measure.instrument", "--records", str(records), "--steps", str(args.steps),
+    entry = ["-m", "perfgate.rank.instrument", "--records", str(records), "--steps", str(args.steps),
              "--samples-per-step", "64", *extra, "--", str(OWN_SCRIPT),
              f"--config={OWN_SCRIPT.parent / 'configs' / 'small.cfg'}", *args.workload_args]
     spec = LaunchSpec(entry=entry, workdir=run_dir, procs_per_node=args.nproc, timeout_s=args.timeout,

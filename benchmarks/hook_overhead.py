@@ -30,7 +30,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from background_load import busy_processes  # noqa: E402
 
 from perfgate.launch.local import launch  # noqa: E402
-from perfgate.measure import instrument  # noqa: E402
+from perfgate.rank import instrument  # noqa: E402
 from perfgate.launch.spec import LaunchSpec  # noqa: E402
 from perfgate.records.sources import LogLines  # noqa: E402
 
@@ -41,7 +41,7 @@ LOGGED = LogLines(r"iter (?P<step>\d+) .*step_time (?P<step_s>[\d.]+)s", samples
 def median_step(run_dir: Path, wrapped: bool, iterations: int, skip: int) -> float:
     """One launch; the median of the script's own logged step times after ``skip`` iterations."""
     program = [str(SCRIPT), f"--max-iters={iterations}", f"--config={SCRIPT.parent / 'configs' / 'small.cfg'}"]
-    entry = (["-m", "perfgate.measure.instrument", "--records", str(run_dir / "steps.jsonl"), "--steps",
+    entry = (["-m", "perfgate.rank.instrument", "--records", str(run_dir / "steps.jsonl"), "--steps",
               str(iterations), "--samples-per-step", "64", "--", *program] if wrapped else program)
     launch(LaunchSpec(entry=entry, workdir=run_dir, procs_per_node=2, timeout_s=600,
                       env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}))

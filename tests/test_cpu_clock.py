@@ -11,7 +11,7 @@ import torch
 from fakes import FakeDeviceClock
 
 from perfgate.measure.metrics import compute
-from perfgate.measure.plant import SlowdownInjector, busy_wait
+from perfgate.rank.plant import SlowdownInjector, busy_wait
 from perfgate.records.cpu_time import CpuClock, WorkerCpu
 from perfgate.records.steps import RunRecords, StepRecord, StepRecorder, read_records
 

@@ -11,7 +11,7 @@ from typing import Sequence
 import pytest
 import torch
 
-from perfgate.measure.plant import RankZeroTargets, SlowdownInjector, burn, busy_wait
+from perfgate.rank.plant import RankZeroTargets, SlowdownInjector, burn, busy_wait
 from perfgate.records.steps import HostClock, StepRecorder
 
 pytestmark = pytest.mark.floor

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "perfgate"
-STAGES = ("outcome", "git", "records", "config", "launch", "measure", "judge", "report", "trend", "bisect", "plugin", "cli")
+STAGES = ("outcome", "git", "records", "config", "launch", "rank", "measure", "judge", "report", "trend", "bisect", "plugin", "cli")
 """Lowest first. ``outcome`` (the skip/fail exceptions), ``git`` (asking the checkout) and ``records`` (the workload
-contract) sit below every stage; ``bisect`` drives whole pytest sessions; ``plugin`` and ``cli`` wire the stages to pytest and to the command
-line."""
+contract) sit below every stage; ``rank`` (what runs inside the ranks) answers launch's requests for stacks;
+``bisect`` drives whole pytest sessions;
+``plugin`` and ``cli`` wire the stages to pytest and to the command line."""
 
 
 def module_name(path: Path) -> str:
@@ -79,7 +80,7 @@ def test_what_a_workload_imports_pulls_in_neither_pytest_nor_torch():
     cost every rank its import, and torch must stay the workload's own choice of when."""
     code = ("import sys\n"
             "from perfgate import StepRecorder\n"
-            "import perfgate.measure.plant, perfgate.measure.flops, perfgate.measure.stats, perfgate.records.openclip_log\n"
+            "import perfgate.rank.plant, perfgate.measure.flops, perfgate.measure.stats, perfgate.records.openclip_log\n"
             "print(sorted(m for m in ('pytest', 'torch') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent, check=True)
     assert done.stdout.strip() == "[]"

@@ -1,5 +1,5 @@
 """Gating an unmodified training script: OptimizerSteps counts its optimizer steps from outside
-(perfgate.measure.instrument) and writes perfgate's step records, with the traps of how ``step`` is called."""
+(perfgate.rank.instrument) and writes perfgate's step records, with the traps of how ``step`` is called."""
 
 import json
 import subprocess
@@ -13,7 +13,7 @@ from conftest import REPO, leftover_processes
 pytestmark = pytest.mark.launches
 
 OWN_SCRIPT = REPO / "tests" / "own_script"
-INSTRUMENT = [sys.executable, "-m", "perfgate.measure.instrument"]
+INSTRUMENT = [sys.executable, "-m", "perfgate.rank.instrument"]
 
 
 def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=None, program=None, timeout=120,
@@ -170,7 +170,7 @@ def test_a_script_that_never_steps_a_torch_optimizer_stops_with_what_the_hook_sa
         opt = Homemade()""", "model(torch.randn(4, 8)).sum().backward(); opt.step(); time.sleep(0.01)")
     done, steps, end = instrument(tmp_path, script, extra=("--no-step-timeout", "3"))
     assert done.returncode == 2 and steps == [] and end is None
-    assert "perfgate.measure.instrument: error: no end after 3 s: 0 step(s)" in done.stderr
+    assert "perfgate.rank.instrument: error: no end after 3 s: 0 step(s)" in done.stderr
     assert "register_optimizer_step_post_hook" in done.stderr and "torch.optim.Optimizer" in done.stderr
 
 
@@ -260,7 +260,7 @@ def test_an_unmodified_script_is_baselined_fails_planted_and_crashes_as_a_crash(
     update.assert_outcomes(passed=1)
     update.stdout.fnmatch_lines(["own-mlp-cpu*fastest_step_samples_per_second*-*tokens/s*new*"])
     stored = json.loads((pytester.path / "b" / CLASS / "own-mlp-cpu.json").read_text())
-    assert stored["provenance"]["command"].count("perfgate.measure.instrument") == 1
+    assert stored["provenance"]["command"].count("perfgate.rank.instrument") == 1
     case_dir = max(pytester.path.rglob("test_own_mlp_cpu*/result.json"), key=lambda p: p.stat().st_mtime).parent
     result = json.loads((case_dir / "result.json").read_text())
     for run_record in result["per_run"]:

@@ -4,7 +4,7 @@ step loop and the benchy-style IO / SYNTHETIC phases.
 A workload builds its model, data and one training step; ``Trainer`` runs that step under the same
 rules everywhere: rank 0 records each step with ``perfgate.records.steps.StepRecorder`` (CUDA events
 resolved late on GPU, never a per-step synchronize), a planted slowdown is applied between the
-step's work and its end marker (see perfgate.measure.plant), and the adaptive stop is agreed by all ranks.
+step's work and its end marker (see perfgate.rank.plant), and the adaptive stop is agreed by all ranks.
 After the measured FULL window, ``--benchy-steps N`` times the data loader alone (IO) and the step on one cached batch
 (SYNTHETIC), as the SC21 tutorial's benchy does, so the report can say what bounds the throughput.
 
@@ -34,7 +34,7 @@ import machine_probe
 import torch_compat
 from perfgate.launch.hang_stacks import tell_stacks_on_request
 from perfgate.measure import flops, stats
-from perfgate.measure.plant import SlowdownInjector
+from perfgate.rank.plant import SlowdownInjector
 from perfgate.records.host_wait import SPINS, block_while_waiting
 from perfgate.records.steps import StepRecorder
 

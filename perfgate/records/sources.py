@@ -106,7 +106,7 @@ class OpenClipLog:
 
 @dataclass(frozen=True)
 class OptimizerSteps:
-    """An unmodified training script's optimizer steps as the step records (``perfgate.measure.instrument``).
+    """An unmodified training script's optimizer steps as the step records (``perfgate.rank.instrument``).
 
     ``samples_per_step`` is per rank and per optimizer step (with gradient accumulation: micro-batches x micro-batch
     size); ``unit`` names what a sample is (samples, tokens, images). ``optimizer`` names the primary optimizer's
@@ -143,7 +143,7 @@ class OptimizerSteps:
             options += ["--inject-slowdown", str(inject_slowdown)]
         if cwd is not None:
             options += ["--cwd", str(cwd)]
-        return ["-m", "perfgate.measure.instrument", *options, "--", *program]
+        return ["-m", "perfgate.rank.instrument", *options, "--", *program]
 
     def args(self, workdir: Path) -> list[str]:
         return []

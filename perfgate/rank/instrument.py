@@ -1,6 +1,6 @@
 """Gate an unmodified training script: its optimizer steps are the step records.
 
-``python -m perfgate.measure.instrument --records PATH --steps N --samples-per-step S -- SCRIPT ARGS...``
+``python -m perfgate.rank.instrument --records PATH --steps N --samples-per-step S -- SCRIPT ARGS...``
 is what a rank runs under torchrun for a case with ``records=OptimizerSteps(...)``. Before the script runs it
 registers torch's global optimizer step hook (``torch.optim.optimizer.register_optimizer_step_post_hook``), then
 runs the script as ``__main__`` with exactly its own argv. Each step of the primary optimizer ends a step, timed
@@ -46,10 +46,10 @@ import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from perfgate.launch.hang_stacks import tell_stacks_on_request
-from perfgate.measure.plant import SlowdownInjector
+from perfgate.rank.plant import SlowdownInjector
 from perfgate.records.steps import StepRecorder
 
-PROG = "perfgate.measure.instrument"
+PROG = "perfgate.rank.instrument"
 _exit = os._exit
 """The real ``os._exit``: the script's own calls go through ``ended_early`` while it runs."""
 
