@@ -69,7 +69,7 @@ def test_unet3d_trains_on_two_gloo_ranks(tmp_path, no_leftovers, loader):
 
 
 def test_dali_or_apex_asked_for_but_missing_is_a_one_line_usage_error(unet3d, monkeypatch, capsys):
-    monkeypatch.setattr(unet3d.common, "installed", lambda module: False)
+    monkeypatch.setattr(unet3d.workload_args, "installed", lambda module: False)
     for option, says in ((["--loader", "dali"], "--loader dali: NVIDIA DALI is not installed"),
                          (["--optimizer", "apex"], "--optimizer apex: NVIDIA apex is not installed")):
         with pytest.raises(SystemExit) as exc:
@@ -85,7 +85,7 @@ def test_blocking_sync_asked_for_without_a_gpu_is_a_usage_error(unet3d, capsys):
 
 @pytest.mark.parametrize("text, fault", [("crash@1:3", ("crash", 1, 3)), ("hang@0:end", ("hang", 0, None))])
 def test_an_injected_fault_strikes_at_a_step_or_at_teardown(unet3d, text, fault):
-    parsed = unet3d.common.Fault.parse(text)
+    parsed = unet3d.workload_args.Fault.parse(text)
     assert (parsed.kind, parsed.rank, parsed.step) == fault
 
 

@@ -34,6 +34,7 @@ from open_clip_train.scheduler import cosine_lr
 from PIL import Image
 
 import train_common as common
+import workload_args
 from perfgate.records.openclip_log import LOG_DATEFMT, LOG_FORMAT, format_step_line
 
 MODEL_CONFIGS = Path(__file__).resolve().parent / "model_configs"
@@ -42,8 +43,8 @@ MODEL_CONFIGS = Path(__file__).resolve().parent / "model_configs"
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="ViT-B-32", help="open_clip model config name (default: %(default)s)")
-    common.add_common_args(parser, batch_size=32)
-    parser.add_argument("--precision", choices=common.PRECISIONS, default="fp32",
+    workload_args.add_common_args(parser, batch_size=32)
+    parser.add_argument("--precision", choices=workload_args.PRECISIONS, default="fp32",
                         help="as open_clip_train's --precision, plus tf32")
     parser.add_argument("--grad-checkpointing", action="store_true", help="checkpoint activations in both towers")
     parser.add_argument(
@@ -52,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "host's CPUs can bound it: ViT-B-32 on an H100 took ~1,790 pairs/s from 8 workers); synthetic: one batch of "
         "distinct pairs made once and kept on the device, so the step alone is measured",
     )
-    parser.add_argument("--optimizer", choices=common.OPTIMIZERS, default="default", help="AdamW implementation")
+    parser.add_argument("--optimizer", choices=workload_args.OPTIMIZERS, default="default", help="AdamW implementation")
     parser.set_defaults(optimizer_family="adamw")
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--wd", type=float, default=0.2)
@@ -60,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
 
     open_clip.add_model_config(MODEL_CONFIGS)
-    problems = common.common_problems(args)
+    problems = workload_args.common_problems(args)
     if args.lr_warmup_steps < 0:
         problems.append(f"--lr-warmup-steps must be >= 0, got {args.lr_warmup_steps}")
     if args.model not in open_clip.list_models():

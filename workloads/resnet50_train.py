@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 import train_common as common
+import workload_args
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -31,10 +32,10 @@ CLASSES = 1000
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_common_args(parser, batch_size=256)
-    parser.add_argument("--precision", choices=common.PRECISIONS, default="amp")
-    parser.add_argument("--loader", choices=common.LOADERS, default="torch", help="input pipeline")
-    parser.add_argument("--optimizer", choices=common.OPTIMIZERS, default="default", help="SGD implementation")
+    workload_args.add_common_args(parser, batch_size=256)
+    parser.add_argument("--precision", choices=workload_args.PRECISIONS, default="amp")
+    parser.add_argument("--loader", choices=workload_args.LOADERS, default="torch", help="input pipeline")
+    parser.add_argument("--optimizer", choices=workload_args.OPTIMIZERS, default="default", help="SGD implementation")
     parser.set_defaults(optimizer_family="sgd")
     parser.add_argument("--image-size", type=int, default=224, help="training crop side (default: %(default)s)")
     parser.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True,
@@ -43,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr-warmup-steps", type=int, default=10)
     parser.add_argument("--label-smoothing", type=float, default=0.1)
     args = parser.parse_args(argv)
-    problems = common.common_problems(args)
+    problems = workload_args.common_problems(args)
     if args.image_size < 32:
         problems.append(f"--image-size must be >= 32 (ResNet-50 downsamples 32x), got {args.image_size}")
     if problems:

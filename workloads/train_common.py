@@ -1,5 +1,6 @@
 """What every perfgate workload shares: torchrun/DDP set-up, precision modes, optimizers, the timed
-step loop and the benchy-style IO / SYNTHETIC phases.
+step loop and the benchy-style IO / SYNTHETIC phases (the shared command line is workload_args.py, and the faults
+perfgate's own tests plant are injected_fault.py).
 
 A workload builds its model, data and one training step; ``Trainer`` runs that step under the same
 rules everywhere: rank 0 records each step with ``perfgate.records.steps.StepRecorder`` (CUDA events
@@ -15,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import logging
 import os
 import resource
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -32,146 +31,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 import machine_probe
 import torch_compat
+from workload_args import OPTIMIZER_CLASSES
 from perfgate.launch.hang_stacks import tell_stacks_on_request
 from perfgate.measure import flops, stats
 from perfgate.rank.plant import SlowdownInjector
 from perfgate.records.host_wait import SPINS, block_while_waiting
 from perfgate.records.steps import StepRecorder
-
-PRECISIONS = ("fp32", "tf32", "amp", "amp_bf16")
-"""fp32: full fp32 math (TF32 off); tf32: fp32 with TF32 tensor cores; amp: fp16 autocast + GradScaler;
-amp_bf16: bf16 autocast."""
-OPTIMIZERS = ("default", "fused", "apex")
-"""default: what torch picks (multi-tensor foreach on GPU, a per-parameter loop on CPU), as upstream training
-scripts get it; fused: torch's fused kernel; apex: apex.optimizers."""
-LOADERS = ("torch", "dali", "synthetic")
-"""torch: DataLoader with --workers processes; dali: a DALI pipeline with --workers threads;
-synthetic: one random batch on the device, reused (no input pipeline at all)."""
-
-
-def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: int = 50) -> None:
-    parser.add_argument("--batch-size", type=int, default=batch_size, help="local batch size per rank (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=steps, help="optimizer steps to run (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=2, help="loader worker processes (DALI: threads) per rank")
-    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
-    parser.add_argument(
-        "--sync-buffers", action=argparse.BooleanOptionalAction, default=True,
-        help="DDP broadcasts buffers from rank 0 every forward (forward_sync_buffers; broadcast_buffers before "
-        "torch had it)",
-    )
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
-                        help="torch.compile the model")
-    parser.add_argument(
-        "--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
-        help="capture the model in CUDA graphs (torch.compile mode 'reduce-overhead'; GPU only)",
-    )
-    parser.add_argument(
-        "--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,
-        help="let cuDNN time the convolution algorithms for each new shape and keep the fastest "
-        "(torch.backends.cudnn.benchmark), as the reference recipes do: NVIDIA's ConvNets main.py, the SC21 U-Net's "
-        "train.py and open_clip_train's main set it",
-    )
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument(
-        "--host-wait", choices=("auto", "block"), default="auto",
-        help="how the host waits for the GPU: auto, CUDA's default (spins while cores are free, so the host's CPU "
-        "time per step is the step's); block: sleeps (CU_CTX_SCHED_BLOCKING_SYNC), so its CPU time is its own "
-        "work, for gating host_cpu_per_step_s on GPU",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--records", type=Path, help="rank 0 appends JSON step records here")
-    parser.add_argument(
-        "--target-ci", type=float, metavar="FRACTION",
-        help="adaptive length: stop once the ~95%% interval of the median step time (after --warmup) is within "
-        "this fraction of it; --steps is then the most steps",
-    )
-    parser.add_argument("--min-steps", type=int, default=20, help="adaptive length: the fewest steps (default 20)")
-    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the adaptive interval")
-    parser.add_argument(
-        "--benchy-steps", type=int, default=0, metavar="N",
-        help="after training, time N batches of the loader alone (IO) and N steps on one cached batch "
-        "(SYNTHETIC); 0 skips them",
-    )
-    parser.add_argument(
-        "--count-flops", action=argparse.BooleanOptionalAction, default=True,
-        help="count training FLOPs per sample once before training (a 'flops' record, for TFLOP/s and MFU); "
-        "perfgate counts them in a case's first launch only",
-    )
-    parser.add_argument(
-        "--timing", choices=("steps", "bare"), default="steps",
-        help="steps: rank 0 records every step (what perfgate measures); bare: no per-step records, one "
-        "synchronize after the --warmup steps and one at the end, written as a 'bare' phase record (the "
-        "yardstick for perfgate's own overhead, benchmarks/harness_overhead.py)",
-    )
-    parser.add_argument(
-        "--inject-slowdown", type=float, default=0.0, metavar="FRACTION",
-        help="stretch every step by this fraction of its duration (to test a perf gate); default 0",
-    )
-    parser.add_argument(
-        "--inject-fault", type=Fault.parse, metavar="KIND@RANK:STEP",
-        help="make the run fail on purpose (to test the harness): crash@R:S exits rank R at step S, kill@R:S "
-        "kills it with SIGKILL (as the kernel's OOM killer would), hang@R:S "
-        "stops rank R there (its peers wait in the next collective), oom@R:S raises an out-of-memory error, "
-        "nan@R:S feeds rank R NaN inputs from step S on (the loss diverges); STEP 'end' strikes after the end "
-        "record, at teardown (crash@1:end: a finished run whose rank then fails to exit cleanly)",
-    )
-
-
-def installed(module: str) -> bool:
-    """Whether ``module`` can be imported; a dotted name whose parent package is missing is simply absent."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def common_problems(args: argparse.Namespace) -> list[str]:
-    """Everything wrong with the shared arguments, as messages naming the option."""
-    problems = [why for why in [torch_compat.too_old()] if why]
-    for name in ("batch_size", "steps"):
-        if getattr(args, name) < 1:
-            problems.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.workers < 0:
-        problems.append(f"--workers must be >= 0, got {args.workers}")
-    if args.bucket_cap_mb <= 0:
-        problems.append(f"--bucket-cap-mb must be > 0, got {args.bucket_cap_mb}")
-    if args.benchy_steps < 0:
-        problems.append(f"--benchy-steps must be >= 0, got {args.benchy_steps}")
-    if args.target_ci is not None and not 0 < args.target_ci < 1:
-        problems.append(f"--target-ci must be a fraction in (0, 1), got {args.target_ci}")
-    if args.target_ci is not None and not args.warmup < args.min_steps <= args.steps:
-        problems.append(f"adaptive length needs --warmup < --min-steps <= --steps, got "
-                        f"{args.warmup}, {args.min_steps}, {args.steps}")
-    if args.timing == "bare" and not 0 <= args.warmup < args.steps:
-        problems.append(f"--timing bare measures the steps after --warmup: need 0 <= --warmup < --steps, got "
-                        f"{args.warmup}, {args.steps}")
-    if args.timing == "bare" and args.target_ci is not None:
-        problems.append("--timing bare runs a fixed number of steps: drop --target-ci")
-    if not 0 <= args.inject_slowdown <= 10:
-        problems.append(f"--inject-slowdown must be between 0 and 10, got {args.inject_slowdown}")
-    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    if args.device == "cuda" and not torch.cuda.is_available():
-        problems.append("--device cuda was asked for but torch sees no CUDA device")
-    if args.host_wait == "block" and not cuda:
-        problems.append("--host-wait block sets how the host waits for a GPU: it needs a CUDA device")
-    if args.cuda_graphs and not cuda:
-        problems.append("--cuda-graphs needs a CUDA device")
-    if getattr(args, "precision", None) == "amp" and not cuda:
-        problems.append("--precision amp (fp16 autocast + GradScaler) needs a CUDA device; use amp_bf16 on CPU")
-    family = getattr(args, "optimizer_family", None)
-    if getattr(args, "optimizer", None) == "fused" and family is not None:
-        # the rank's own GPU: a probe on cuda:0 would give every rank a CUDA context there
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
-        why = torch_compat.fused_unsupported(OPTIMIZER_CLASSES[family], device)
-        if why:
-            problems.append(f"--optimizer fused: {why}; use --optimizer default")
-    if getattr(args, "optimizer", None) == "apex" and not installed("apex.optimizers"):
-        problems.append("--optimizer apex: NVIDIA apex is not installed (it is not on PyPI: build it from "
-                        "https://github.com/NVIDIA/apex with nvcc), or use --optimizer fused")
-    if getattr(args, "loader", None) == "dali" and not installed("nvidia.dali"):
-        problems.append("--loader dali: NVIDIA DALI is not installed (pip install nvidia-dali-cuda120)")
-    return problems
-
 
 @dataclass(frozen=True)
 class Distributed:
@@ -236,10 +101,6 @@ def compiled(module: torch.nn.Module, args: argparse.Namespace) -> torch.nn.Modu
     if args.compile:
         return torch.compile(module)
     return module
-
-
-OPTIMIZER_CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-"""The optimizer families the workloads train with (a workload's ``optimizer_family``)."""
 
 
 def make_optimizer(kind: str, family: str, params: Iterable[Any], **hyper: Any) -> torch.optim.Optimizer:
@@ -370,69 +231,6 @@ class AdaptiveStop:
             flag[0] = float(self.halfwidth is not None and self.halfwidth <= self.target)
         dist.broadcast(flag, src=0, group=self.group)
         return bool(flag.item())
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A deliberate failure (``--inject-fault``), for the harness's own fault-injection tests."""
-
-    kind: str
-    rank: int
-    step: int | None
-    """None: at teardown, after the end record (``KIND@RANK:end``)."""
-
-    KINDS = ("crash", "kill", "hang", "oom", "nan")
-
-    @classmethod
-    def parse(cls, text: str) -> "Fault":
-        kind, _, where = text.partition("@")
-        rank, _, step = where.partition(":")
-        at_end_ok = step == "end" and kind != "nan"
-        if kind not in cls.KINDS or not rank.isdigit() or not (step.isdigit() or at_end_ok):
-            raise argparse.ArgumentTypeError(
-                f"expected KIND@RANK:STEP with KIND one of {', '.join(cls.KINDS)} and STEP a number or 'end' "
-                f"(not for nan), e.g. crash@1:3; got {text!r}")
-        return cls(kind, int(rank), None if step == "end" else int(step))
-
-    def strike(self, rank: int, step: int, batch: Any) -> Any:
-        """Fails here if this is the rank and step; returns the batch (poisoned with NaN for ``nan``)."""
-        if rank != self.rank or self.step is None or step < self.step:
-            return batch
-        if self.kind == "nan":
-            return poisoned(batch)
-        if step > self.step:
-            return batch
-        self._fail(f"perfgate injected fault: {self.kind} on rank {rank} at step {step}")
-
-    def strike_at_end(self, rank: int) -> None:
-        """Fails here, after the run's end record, if this is the rank of an ``end`` fault.
-
-        A crash here leaves at once with its exit code: Python's own teardown would first spend about a second
-        freeing torch (and can deadlock in gloo's, see leave_without_teardown), which a loaded host stretches
-        past the launcher's teardown bound and turns the planted crash into a hang."""
-        if rank == self.rank and self.step is None:
-            self._fail(f"perfgate injected fault: {self.kind} on rank {rank} at teardown, after the end record",
-                       at_once=True)
-
-    def _fail(self, message: str, at_once: bool = False) -> NoReturn:
-        print(message, file=sys.stderr, flush=True)
-        if self.kind == "crash":
-            if at_once:
-                sys.stdout.flush()
-                os._exit(13)
-            raise SystemExit(13)
-        if self.kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.kind == "oom":
-            raise torch_compat.OutOfMemoryError(f"{message} (as if the device ran out of memory)")
-        while True:
-            time.sleep(3600)
-
-
-def poisoned(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch * float("nan") if batch.is_floating_point() else batch
-    return type(batch)(poisoned(item) for item in batch)
 
 
 StepFn = Callable[[int, Any], dict[str, torch.Tensor]]

@@ -31,6 +31,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import train_common as common
+import workload_args
 
 IN_CHANNELS, OUT_CHANNELS, LEVELS = 4, 5, 6
 CROP = 2**LEVELS
@@ -39,10 +40,10 @@ CROP = 2**LEVELS
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_common_args(parser, batch_size=64)
-    parser.add_argument("--precision", choices=common.PRECISIONS, default="fp32")
-    parser.add_argument("--loader", choices=common.LOADERS, default="torch", help="input pipeline")
-    parser.add_argument("--optimizer", choices=common.OPTIMIZERS, default="default", help="Adam implementation")
+    workload_args.add_common_args(parser, batch_size=64)
+    parser.add_argument("--precision", choices=workload_args.PRECISIONS, default="fp32")
+    parser.add_argument("--loader", choices=workload_args.LOADERS, default="torch", help="input pipeline")
+    parser.add_argument("--optimizer", choices=workload_args.OPTIMIZERS, default="default", help="Adam implementation")
     parser.set_defaults(optimizer_family="adam")
     parser.add_argument("--base-channels", type=int, default=64, help="width of the first level (64: ~117 M parameters)")
     parser.add_argument("--volume", type=int, default=128, help="side of the synthetic volume on disk (default: %(default)s)")
@@ -51,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "already there (default: a perfgate-unet3d-* folder in each node's temp dir)")
     parser.add_argument("--lr", type=float, default=1e-4)
     args = parser.parse_args(argv)
-    problems = common.common_problems(args)
+    problems = workload_args.common_problems(args)
     if args.base_channels < 1:
         problems.append(f"--base-channels must be >= 1, got {args.base_channels}")
     if args.volume < CROP:
