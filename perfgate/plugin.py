@@ -320,12 +320,7 @@ class PerfGate:
     def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
         """Measures the reference side of a case, with no plant: a revision's checkout (its workloads and perfgate
         first on PYTHONPATH), or this checkout under the reference interpreter."""
-        if reference.python is None:
-            env = {**planned.spec.env,
-                   "PYTHONPATH": os.pathsep.join([str(reference.root), planned.spec.env["PYTHONPATH"]])}
-            spec = dataclasses.replace(planned.spec, workdir=self.workdir / "reference", env=env)
-        else:
-            spec = dataclasses.replace(planned.spec, workdir=self.workdir / "reference", python=reference.python)
+        spec = planned.spec.for_reference(self.workdir / "reference", checkout=reference.root, python=reference.python)
         return Measurer(dataclasses.replace(planned, spec=spec), {"case": planned.run.key}, launcher=launcher,
                         root=reference.root, nvml=self.state.nvml, say=self._say, tty=self._is_tty(planned),
                         label=f"{planned.run.key} @ {reference.name}")

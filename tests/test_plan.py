@@ -51,3 +51,13 @@ def test_children_import_perfgate_from_the_directory_that_holds_it_and_nothing_i
     package = Path(perfgate.__file__).resolve().parent
     assert paths[0] == package.parent
     assert not [p for p in paths if p.resolve().is_relative_to(package)]
+
+
+def test_a_reference_side_runs_its_checkout_first_on_the_path_or_this_checkout_under_its_interpreter(tmp_path):
+    spec = planned(tmp_path, "cpu", [Hardware("x", 4)]).spec
+    revision = spec.for_reference(tmp_path / "reference", checkout=tmp_path / "tree")
+    assert revision.workdir == tmp_path / "reference" and revision.python == spec.python
+    assert revision.env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "tree"),
+                                                             *spec.env["PYTHONPATH"].split(os.pathsep)]
+    other = spec.for_reference(tmp_path / "reference", checkout=tmp_path, python="/opt/py/bin/python")
+    assert (other.python, other.env, other.workdir) == ("/opt/py/bin/python", spec.env, tmp_path / "reference")

@@ -5,6 +5,8 @@ The stages above launching (measuring, judging) speak only this; the launchers (
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +52,14 @@ class LaunchSpec:
     python: str = sys.executable
     """The interpreter that runs torchrun (and perfgate's node side) on every node: --perf-against-python's
     reference side runs another."""
+
+    def for_reference(self, workdir: Path, *, checkout: Path | None = None, python: str | None = None) -> LaunchSpec:
+        """The same launch for an A/B reference side, in ``workdir``: another revision's ``checkout`` first on
+        PYTHONPATH (its workloads and its perfgate), or this checkout under another ``python``."""
+        if python is not None:
+            return dataclasses.replace(self, workdir=workdir, python=python)
+        env = {**self.env, "PYTHONPATH": os.pathsep.join([str(checkout), self.env["PYTHONPATH"]])}
+        return dataclasses.replace(self, workdir=workdir, env=env)
 
 
 @dataclass(frozen=True)
