@@ -15,10 +15,7 @@ import dataclasses
 import importlib
 import os
 import shlex
-import shutil
 import signal
-import sys
-import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -32,7 +29,7 @@ from perfgate.judge import known, revision
 from perfgate.judge.ab import ABGate, RevisionReference, runs_duet
 from perfgate.judge.gate import Gate, SessionSpreadWarning, StoredBaseline
 from perfgate.judge.session_spread import SessionSpread
-from perfgate.launch import environment, hardware
+from perfgate.launch import hardware
 from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan, import_env, node_launcher, plan
 from perfgate.launch.spec import NodeLauncher
@@ -69,40 +66,11 @@ class SessionState:
         """Cases deselected by mark (full_matrix, slow) because their option was not given."""
         self._nodes: list[hardware.Hardware] | str | None = None
         self._nvml: tuple[Any, str] | None = None
-        self.commits: tuple[str, str] | None = None
-        """(the reference's commit, the working tree's) under --perf-against."""
-        self._revision: revision.Revision | None = None
-        self.environment: dict[str, Any] | None = None
-        """What this session's interpreter holds, under --perf-against-python (the reference's is the revision's)."""
+        self.reference: revision.ReferenceSide | None = None
+        """Under --perf-against(-python): the other side of every pair."""
         self.worker = worker
         self.published: list[known.PublishedFigure] = []
         """A pytest-xdist worker: its results go to the controller, which writes the reports."""
-
-    def revision(self) -> revision.Revision:
-        """The reference side: the --perf-against checkout, made at the first case that needs it and removed with the
-        session, or this checkout under the --perf-against-python interpreter (set up at configure)."""
-        if self._revision is None:
-            assert self.settings.against and self.commits
-            into = Path(tempfile.mkdtemp(prefix="perfgate-against-")) / "tree"
-            self._revision = revision.check_out(self.root, self.settings.against, self.commits[0], into)
-        return self._revision
-
-    def compare_environments(self) -> None:
-        """Reads both interpreters' versions (each by itself); a UsageError if the reference cannot run or has no
-        torch."""
-        env = {**os.environ, **import_env(self.root)}
-        try:
-            other = environment.probe(self.settings.against_python, env)
-            self.environment = environment.probe(sys.executable, env)
-        except environment.EnvironmentProbeError as exc:
-            raise pytest.UsageError(f"perfgate: --perf-against-python {exc}") from None
-        self._revision = revision.other_python(self.root, self.settings.against_python, other)
-        self.commits = (self._revision.commit, self._revision.commit)
-
-    def remove_revision(self) -> None:
-        if self._revision is not None and self._revision.python is None:
-            revision.remove(self.root, self._revision)
-            shutil.rmtree(self._revision.root.parent, ignore_errors=True)
 
     def node_hardware(self, launcher: NodeLauncher) -> list[hardware.Hardware]:
         """Each node's hardware, read once per session through the launcher; CaseFailed (every case) if unreadable."""
@@ -153,7 +121,7 @@ class SessionState:
             # Before the files: it sets each result's standing in its history, which they then carry.
             sinks.append(HistoryRecorder(self.settings.history_url, self.root,
                                          lambda text, warning: terminalreporter.write_line(text, yellow=warning),
-                                         self.environment))
+                                         self.reference.environment if self.reference else None))
         if self.settings.json_path and not self.worker:
             sinks.append(BenchmarkJson(self.settings.json_path, self._hardware_info()))
         if self.settings.results_path and not self.worker:
@@ -189,16 +157,15 @@ def pytest_configure(config: pytest.Config) -> None:
         state.published = known.load_published(state.settings.published)
     except known.PublishedError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    if state.settings.against:
-        try:
-            state.commits = revision.commits(state.root, state.settings.against)
-        except revision.RevisionError as exc:
-            raise pytest.UsageError(f"perfgate: {exc}") from None
     if state.settings.history_url:
         _check_history_url(state.settings.history_url)
     if state.settings.against_python:
         _refuse_a_rootdir_taken_from(config, Path(state.settings.against_python))
-        state.compare_environments()
+    if state.settings.against or state.settings.against_python:
+        try:
+            state.reference = revision.ReferenceSide(state.root, state.settings.against, state.settings.against_python)
+        except revision.RevisionError as exc:
+            raise pytest.UsageError(f"perfgate: {exc}") from None
     config.stash[STATE] = state
     config.pluginmanager.register(state, "perfgate-session")
     _stop_cleanly_on_sigterm()
@@ -232,7 +199,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is not None and config.pluginmanager.is_registered(state):
         config.pluginmanager.unregister(state)
-        state.remove_revision()
+        if state.reference is not None:
+            state.reference.close()
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -265,7 +233,7 @@ class PerfGate:
         with _as_pytest_outcome(None):
             planned = plan(run, settings, state.node_hardware(launcher), workdir=self.workdir, root=state.root,
                            test_id=self.request.node.nodeid)
-            reference = state.revision() if settings.against or settings.against_python else None
+            reference = state.reference.revision() if state.reference else None
             if reference is not None and revision.entry_in(reference, run, state.root) is None:
                 raise CaseSkipped(f"{run.key}: a new case: {settings.against} has no {run.case.entry[-1]}, so there "
                                   "is nothing to compare it against")
@@ -285,9 +253,9 @@ class PerfGate:
                         pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
                         spreads=self._session_spreads(planned))
         else:
-            result["candidate_commit"] = state.commits[1] if state.commits else None
-            if state.environment is not None:
-                result["environment"] = state.environment
+            result["candidate_commit"] = state.reference.commits[1]
+            if state.reference.environment is not None:
+                result["environment"] = state.reference.environment
             gate = ABGate(planned, settings, measurer, RevisionReference(reference, self._reference_measurer(
                 planned, reference, launcher), planned, settings.ab_tolerance), root=state.root, nvml=state.nvml)
         try:

@@ -10,12 +10,18 @@ sides are named by what their environments hold (launch/environment.py).
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perfgate.config.cases import CaseRun
 from perfgate.git import GitError, check_comparable, git
+from perfgate.launch import environment
+from perfgate.launch.plan import import_env
 
 
 class RevisionError(Exception):
@@ -98,3 +104,39 @@ def entry_in(revision: Revision, run: CaseRun, root: Path) -> Path | None:
     except ValueError:
         return path
     return revision.root / inside if (revision.root / inside).exists() else None
+
+
+class ReferenceSide:
+    """A session's A/B reference: ``--perf-against REF`` (checked out beside the working tree at the first case that
+    needs it, removed by ``close``) or ``--perf-against-python PATH`` (both interpreters probed at once, so a
+    reference that cannot run is a usage error before any case). RevisionError says what is wrong."""
+
+    def __init__(self, root: Path, against: str | None, against_python: str | None) -> None:
+        self.root = root
+        self.against = against
+        self._revision: Revision | None = None
+        self.environment: dict[str, Any] | None = None
+        """What this session's interpreter holds, under --perf-against-python (the reference's is the revision's)."""
+        if against:
+            self.commits = commits(root, against)
+            """(the reference's commit, the working tree's)."""
+        else:
+            env = {**os.environ, **import_env(root)}
+            try:
+                other = environment.probe(against_python, env)
+                self.environment = environment.probe(sys.executable, env)
+            except environment.EnvironmentProbeError as exc:
+                raise RevisionError(f"--perf-against-python {exc}") from None
+            self._revision = other_python(root, against_python, other)
+            self.commits = (self._revision.commit, self._revision.commit)
+
+    def revision(self) -> Revision:
+        if self._revision is None:
+            into = Path(tempfile.mkdtemp(prefix="perfgate-against-")) / "tree"
+            self._revision = check_out(self.root, self.against, self.commits[0], into)
+        return self._revision
+
+    def close(self) -> None:
+        if self._revision is not None and self._revision.python is None:
+            remove(self.root, self._revision)
+            shutil.rmtree(self._revision.root.parent, ignore_errors=True)
