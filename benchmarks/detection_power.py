@@ -59,6 +59,7 @@ from perfgate.judge.gate import machine_rules, undecided  # noqa: E402
 from perfgate.judge.session_spread import SessionSpread  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
 from perfgate.measure.metrics import CALIBRATION_PROBE, METRICS  # noqa: E402
+from perfgate.trend import spreads  # noqa: E402
 
 
 def pytest_command(args: argparse.Namespace, baseline_dir: Path, *extra: str) -> list[str]:
@@ -190,43 +191,54 @@ class RecordedVerdict(NamedTuple):
 
 def with_machine_rules(trials: list[dict], baseline_probe: float | None) -> list[tuple[bool, bool]]:
     """Each stored-baseline trial decided again as the gate now does: with the session spread a results history of
-    the unplanted trials before it gives (--perf-history), and with the probe's drop (judge.machine_drop). Whether
-    it fails, and whether the two rules left it unresolved."""
-    history: dict[str, list[float]] = {}
+    the unplanted trials before it gives (--perf-history: a metric's value where it passed, in trials whose probe read
+    like this one's, trend.spreads), and with the probe's drop (judge.machine_drop). Whether it fails, and whether
+    the two rules left it unresolved."""
+    history: list[tuple[float | None, dict[str, float]]] = []
     decided = []
     for trial in trials:
         rows = trial["metrics"]
-        spreads = {metric: found for metric, values in history.items()
-                   if (found := SessionSpread.of(metric, values, "the trials before")) is not None}
+        probes = [run[CALIBRATION_PROBE] for run in trial.get("probes", []) if run.get(CALIBRATION_PROBE)]
+        probe = statistics.median(probes) if probes else None
+        like = [values for then, values in history if probe is None or spreads.like(then, probe)]
+        found = {row["metric"]: SessionSpread.of(row["metric"], [values[row["metric"]] for values in like
+                                                                 if row["metric"] in values], "the trials before")
+                 for row in rows}
         verdicts = [RecordedVerdict(row["metric"], row["change"], METRICS[row["metric"]].better, row["tolerance"],
                                     row["baseline"]) for row in rows]
         # A trial the probe rule already left unresolved live had FAILed against the baseline alone.
         raw = ["FAIL" if row["verdict"] == "unresolved" else row["verdict"] for row in rows]
-        probes = [run[CALIBRATION_PROBE] for run in trial.get("probes", []) if run.get(CALIBRATION_PROBE)]
-        now = {CALIBRATION_PROBE: statistics.median(probes)} if probes else {}
-        outcomes, _, _ = machine_rules(spreads, verdicts, raw,
+        now = {CALIBRATION_PROBE: probe} if probe else {}
+        outcomes, _, _ = machine_rules({metric: one for metric, one in found.items() if one is not None}, verdicts, raw,
                                        machine_drop.probe_change({CALIBRATION_PROBE: baseline_probe}, now))
         decided.append(("FAIL" in outcomes, "FAIL" not in outcomes and "unresolved" in outcomes))
-        if trial["slowdown"] == 0 and not any(outcome in ("FAIL", "unresolved") for outcome in outcomes):
-            for row in rows:
-                history.setdefault(row["metric"], []).append(statistics.median(row["run_values"]))
+        if trial["slowdown"] == 0:
+            history.append((probe, {row["metric"]: statistics.median(row["run_values"])
+                                    for row, outcome in zip(rows, outcomes) if outcome in spreads.ACCEPTED}))
     return decided
 
 
-def print_spread_rejudged(path: Path) -> None:
-    """Each size's stored-baseline trials as recorded and as the session-spread and probe rules decide them."""
-    recorded = json.loads(path.read_text())
-    if recorded["against"] is not None:
+def print_spread_rejudged(paths: list[Path]) -> None:
+    """Each file's and size's stored-baseline trials as recorded and as the session-spread and probe rules decide
+    them, the files' trials in the order given with one history: plans judged against the same stored baseline
+    (--baseline-from), say a quiet hour's and then a loaded one's."""
+    files = [(path, json.loads(path.read_text())) for path in paths]
+    files = [(path, recorded) for path, recorded in files if recorded["against"] is None]
+    if not files:
         return
-    trials = [t for t in recorded["trials"] if t["metrics"]]
-    again = with_machine_rules(trials, recorded["baseline"]["provenance"]["measured"].get(CALIBRATION_PROBE))
-    print("\n| planted slowdown | trials | failed: recorded / with the session spread and the probe rule | "
+    if any(recorded["baseline"] != files[0][1]["baseline"] for _, recorded in files):
+        sys.exit("--rejudge: the files judged different stored baselines; give files of one (--baseline-from)")
+    trials = [(path.stem, t) for path, recorded in files for t in recorded["trials"] if t["metrics"]]
+    again = with_machine_rules([t for _, t in trials],
+                               files[0][1]["baseline"]["provenance"]["measured"].get(CALIBRATION_PROBE))
+    print("\n| trials of | planted slowdown | trials | failed: recorded / with the session spread and the probe rule | "
           "left unresolved by them |")
-    print("|---|---|---|---|")
-    for size in sorted({t["slowdown"] for t in trials}):
-        mine = [(t, decided) for t, decided in zip(trials, again) if t["slowdown"] == size]
-        print(f"| {size:.0%} | {len(mine)} | {sum(t['failed'] for t, _ in mine)} / "
-              f"{sum(failed for _, (failed, _) in mine)} | {sum(open_ for _, (_, open_) in mine)} |")
+    print("|---|---|---|---|---|")
+    for name in dict.fromkeys(name for name, _ in trials):
+        for size in sorted({t["slowdown"] for n, t in trials if n == name}):
+            mine = [(t, decided) for (n, t), decided in zip(trials, again) if n == name and t["slowdown"] == size]
+            print(f"| {name} | {size:.0%} | {len(mine)} | {sum(t['failed'] for t, _ in mine)} / "
+                  f"{sum(failed for _, (failed, _) in mine)} | {sum(open_ for _, (_, open_) in mine)} |")
 
 
 def measure_baseline(args: argparse.Namespace, baseline_dir: Path) -> dict:
@@ -286,12 +298,13 @@ def main() -> int:
     parser.add_argument("--resume", action="store_true", help="continue the run that --out holds (same plan)")
     parser.add_argument("--baseline-from", type=Path, metavar="RESULTS",
                         help="judge against the stored baseline of an earlier results file instead of measuring one")
-    parser.add_argument("--rejudge", type=Path, metavar="RESULTS",
-                        help="decide the trials of a results file again by the gate's current rules; run nothing")
+    parser.add_argument("--rejudge", type=Path, nargs="+", metavar="RESULTS",
+                        help="decide the trials of results files again by the gate's current rules; run nothing")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest options (after --), e.g. --perf-steps 20")
     args = parser.parse_args()
     if args.rejudge:
-        print_rejudged(args.rejudge)
+        for path in args.rejudge:
+            print_rejudged(path)
         print_spread_rejudged(args.rejudge)
         return 0
     # A SIGTERM leaves through the with blocks below, so the load, the running session and the scratch go with it.

@@ -251,7 +251,7 @@ class PerfGate:
         if reference is None:
             gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
                         pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
-                        spreads=self._session_spreads(planned))
+                        spreads=lambda machine: self._session_spreads(planned, machine))
         else:
             result["candidate_commit"] = state.reference.commits[1]
             if state.reference.environment is not None:
@@ -268,9 +268,10 @@ class PerfGate:
             measurer.finish(settings.min_gpu_util)
             self.request.node.user_properties.extend(terminal.junit_properties(result))
 
-    def _session_spreads(self, planned: Plan) -> dict[str, SessionSpread]:
-        """How far the case moved between the sessions the results history holds (--perf-history), for the stored
-        baseline's verdict; a history that cannot be read is a warning, and the stored tolerance alone judges."""
+    def _session_spreads(self, planned: Plan, machine: float | None) -> dict[str, SessionSpread]:
+        """How far the case moved between the sessions the results history holds (--perf-history) on a machine like
+        this session's (its probe, ``machine``), for the stored baseline's verdict; a history that cannot be read is
+        a warning, and the stored tolerance alone judges."""
         settings, run = self.state.settings, planned.run
         if not settings.history_url or settings.update_baselines or settings.calibrate:
             return {}  # calibrated values are not what the history holds
@@ -279,7 +280,7 @@ class PerfGate:
 
         try:
             return learn(settings.history_url, run.key, planned.hardware_class, run.case.version, run.gated,
-                         settings.history_branch)
+                         settings.history_branch, machine)
         except (DatabaseError, OSError, ImportError) as exc:
             warnings.warn(SessionSpreadWarning(f"{run.key}: the spread between sessions was not read ({exc}); the "
                                                "stored tolerance alone judges"))

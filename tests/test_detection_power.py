@@ -80,3 +80,9 @@ def test_the_machine_rules_leave_a_wall_fail_of_a_slowed_machine_unresolved_and_
     trials = [trial(0, -0.25, 0.01, 60.0), trial(0.1, -0.25, 0.10, 60.0), trial(0, -0.25, 0.01, 100.0)]
     assert detection_power.with_machine_rules(trials, baseline_probe=100.0) == [
         (False, True), (True, False), (True, False)]
+    loaded = [trial(0, -0.15, cpu, 55.0) for cpu in (-0.07, -0.065, -0.075, -0.06, -0.08)]
+    decided = detection_power.with_machine_rules(
+        [*loaded, trial(0.1, -0.2, 0.017, 55.0), trial(0, 0.0, 0.0, 100.0)], baseline_probe=100.0)
+    assert decided[:5] == [(False, True)] * 5, "the loaded wall clock is the machine's, and the CPU clock held"
+    assert decided[5] == (True, False), "a plant within the tolerance, but worse than the loaded sessions beyond theirs"
+    assert decided[6] == (False, False), "a quiet session is judged by none of the loaded ones"

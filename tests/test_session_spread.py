@@ -73,11 +73,22 @@ def store(plan):
         provenance={}, workload_version="1"))
 
 
-def gate(plan, values, spreads, **settings):
+def gate(plan, values, spreads, probe=None, asked=None, **settings):
+    """A gate whose history holds ``spreads``; ``asked`` collects the machine-speed probe it was asked them for."""
     settings = Settings(**{"repeats": 3, **settings})
-    measurer = FakeMeasurer(plan, values)
+    measurer = FakeMeasurer(plan, values, probe=probe)
+    asked = [] if asked is None else asked
     return Gate(plan, settings, measurer, StoredBaseline(plan.baseline_file), root=plan.spec.workdir,
-                nvml=lambda: (None, "no NVML here"), spreads=spreads)
+                nvml=lambda: (None, "no NVML here"), spreads=lambda machine: asked.append(machine) or spreads)
+
+
+def test_the_spread_is_asked_for_with_the_runs_machine_speed_probe_once_they_are_measured(tmp_path):
+    """Sessions on a machine like this one's are what the spread is learned from (trend.spreads.like)."""
+    plan = make_plan(tmp_path)
+    store(plan)
+    asked = []
+    assert gate(plan, [99.0, 100.0, 101.0], {}, probe=61.5, asked=asked).check()["verdict"] == "pass"
+    assert asked == [61.5]
 
 
 def test_a_regression_within_the_session_spread_is_unresolved_naming_what_the_machine_can_catch(tmp_path):

@@ -71,12 +71,13 @@ def test_a_single_spike_is_not_a_change_point():
     assert change_points(list(values)) == []
 
 
-def result(case="c-cpu", value=100.0, verdict="pass", workload_version="1"):
+def result(case="c-cpu", value=100.0, verdict="pass", workload_version="1", probe=None, metric_verdict=None):
     return {"case": case, "hardware_class": "hw", "verdict": verdict, "world_size": 2,
             "workload_version": workload_version,
-            "measured": {"fastest_step_samples_per_second": value, "cpu_seconds_per_sample": 0.01, "mfu": None},
-            "metrics": [{"metric": "fastest_step_samples_per_second", "verdict": verdict, "baseline": 99.0,
-                         "change": value / 99 - 1}]}
+            "measured": {"fastest_step_samples_per_second": value, "cpu_seconds_per_sample": 0.01, "mfu": None,
+                         "probe_matmul_gflops": probe},
+            "metrics": [{"metric": "fastest_step_samples_per_second", "verdict": metric_verdict or verdict,
+                         "baseline": 99.0, "change": value / 99 - 1}]}
 
 
 CONTEXT = Context(session="s", commit="abc", branch="main", launcher="local", nodes=1, environment={"torch": "2.14.1"})
@@ -311,6 +312,27 @@ def test_the_spread_between_sessions_counts_the_passed_sessions_of_this_version_
         100.0, 8)
     assert learn(url, "c-cpu", "hw", "2", ["fastest_step_samples_per_second"]) == {}
     assert learn(str(tmp_path / "new.db"), "c-cpu", "hw", "1", ["fastest_step_samples_per_second"]) == {}
+
+
+def test_the_spread_counts_a_metric_where_it_passed_in_sessions_on_a_machine_like_this_one(tmp_path):
+    """A loaded machine's sessions (probe near 55) read slower than a quiet one's (near 100), and a session left
+    unresolved by another metric still passed this one: each session is judged against the sessions like it."""
+    url = str(tmp_path / "history.db")
+    database = ResultsDatabase(url)
+    for offset in (-3.0, 3.0, -1.0, 1.0, 0.0):
+        database.record([result(value=100.0 + offset, probe=100.0 + offset)], CONTEXT)
+        database.record([result(value=60.0 + offset, probe=55.0 + offset, verdict="unresolved",
+                                metric_verdict="pass")], CONTEXT)
+    database.record([result(value=20.0, probe=55.0, verdict="unresolved")], CONTEXT)
+    database.close()
+    metric = "fastest_step_samples_per_second"
+
+    def learned(machine):
+        found = learn(url, "c-cpu", "hw", "1", [metric], machine=machine).get(metric)
+        return found and (found.centre, found.sessions)
+
+    assert (learned(101.0), learned(56.0), learned(80.0)) == ((100.0, 5), (60.0, 5), None)
+    assert learned(None)[1] == 10
 
 
 def test_the_spread_between_sessions_is_learned_from_one_branch_when_asked(tmp_path):

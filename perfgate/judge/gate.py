@@ -116,11 +116,11 @@ class Gate:
     def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
                  root: Path, pytest_args: str = "",
                  nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml,
-                 spreads: dict[str, SessionSpread] | None = None) -> None:
-        """``spreads``: each gated metric's spread between the sessions the results history holds (none: the
-        stored tolerance alone judges)."""
+                 spreads: Callable[[float | None], dict[str, SessionSpread]] | None = None) -> None:
+        """``spreads``: given the runs' machine-speed probe, each gated metric's spread between the sessions the
+        results history holds on a machine like it (none: the stored tolerance alone judges)."""
         self.plan = plan
-        self.spreads = spreads or {}
+        self.spreads = spreads or (lambda machine: {})
         self.settings = settings
         self.measurer = measurer
         self.reference = reference
@@ -167,7 +167,8 @@ class Gate:
             baseline = self.measure_more(baseline, cap)
         machine = (machine_drop.probe_change(baseline.provenance.get("measured", {}), measurement.medians())
                    if self.weighs_machine and not self.settings.calibrate else None)
-        outcomes, spread_rows, drop_rows = machine_rules(self.spreads, verdicts,
+        spreads = self.spreads(measurement.medians().get(metrics.CALIBRATION_PROBE))
+        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts,
                                                          [stats.settle(v.decision).outcome for v in verdicts], machine)
         result["metrics"] = [{**verdict_row(v, outcome), "run_values": current[v.metric],
                               "baseline_runs": list(baseline.metrics[v.metric].samples)}

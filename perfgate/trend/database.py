@@ -128,6 +128,8 @@ class Point:
     verdict: str
     gated: bool
     workload_version: str | None
+    metric_verdict: str | None = None
+    """A gated metric's own outcome in that result (``verdict`` is the whole case's)."""
 
     @property
     def series(self) -> tuple[str, str, str]:
@@ -235,7 +237,7 @@ class ResultsDatabase:
         """Every stored value matching the filters, oldest first (case ids may be globs)."""
         query = (sa.select(RESULTS.c.id, RESULTS.c.recorded_at, RESULTS.c.case_id, RESULTS.c.hardware_class,
                            METRICS.c.metric, METRICS.c.value, RESULTS.c.git_commit, RESULTS.c.verdict,
-                           METRICS.c.gated, RESULTS.c.workload_version)
+                           METRICS.c.gated, RESULTS.c.workload_version, METRICS.c.verdict)
                  .join(METRICS, METRICS.c.result_id == RESULTS.c.id)
                  .order_by(RESULTS.c.recorded_at, RESULTS.c.id))
         if hardware_class:

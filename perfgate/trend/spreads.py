@@ -1,8 +1,11 @@
 """Each gated metric's spread between the sessions a results database holds, for the gate (judge.session_spread).
 
-The sessions counted are this case's on this hardware class, at its workload version, that passed (or were
-stale), without a planted slowdown and not measured beside an A/B reference (whose cores it shared), since the newest
-change point: a step in the history is a change of the code or the machine, not noise.
+The sessions counted are this case's on this hardware class, at its workload version, without a planted slowdown
+and not measured beside an A/B reference (whose cores it shared), since the newest change point: a step in the
+history is a change of the code or the machine, not noise. A metric's value counts where that metric passed (or
+was stale) in its session, and, given this session's machine-speed probe, only in sessions whose probe read like it:
+a machine shared with busy neighbours moves even the CPU clock (docs/gate.md), so sessions of a quiet hour say
+nothing of how far a loaded one strays, nor the other way round.
 """
 
 from __future__ import annotations
@@ -10,21 +13,25 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfgate.judge.session_spread import SessionSpread
+from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.trend.analysis import series
 from perfgate.trend.database import NoDatabase, Point, ResultsDatabase
 
 PLANT = "planted_fraction"
 """The metric that a result measured with a planted slowdown has."""
 ACCEPTED = ("pass", "stale")
-"""The verdicts of the sessions counted: those the gate let through. A regression that stays, FAILing or left
+"""The outcomes of the values counted: those the gate let through. A regression that stays, FAILing or left
 unresolved session after session, must not become the sessions' median and pass."""
+LIKE_MACHINE = 0.25
+"""How far a session's probe may read from this one's for its values to count: wide enough for the sessions of one
+condition, narrow enough to keep a quiet hour's apart from a loaded one's (docs/measurements.md)."""
 
 
 def learn(url: str, case: str, hardware_class: str, workload_version: str, metrics: Sequence[str],
-          branch: str | None = None) -> dict[str, SessionSpread]:
-    """The spreads of ``metrics`` in the database at ``url`` (from the sessions on ``branch`` where given); none where
-    it holds nothing yet; DatabaseError where it cannot be read. Opened as a reader: the session's recorder makes it,
-    at the end."""
+          branch: str | None = None, machine: float | None = None) -> dict[str, SessionSpread]:
+    """The spreads of ``metrics`` in the database at ``url`` (from the sessions on ``branch`` where given, and like
+    ``machine``, this session's probe, where given); none where it holds nothing yet; DatabaseError where it cannot
+    be read. Opened as a reader: the session's recorder makes it, at the end."""
     try:
         database = ResultsDatabase(url, create=False)
     except NoDatabase:
@@ -36,15 +43,17 @@ def learn(url: str, case: str, hardware_class: str, workload_version: str, metri
         database.close()
     where = f"{database.shown}, branch {branch}" if branch else database.shown
     return spreads([point for point in points if point.result_id not in paired], case, workload_version, metrics,
-                   where)
+                   where, machine)
 
 
-def spreads(points: Sequence[Point], case: str, workload_version: str, metrics: Sequence[str], where: str
-            ) -> dict[str, SessionSpread]:
+def spreads(points: Sequence[Point], case: str, workload_version: str, metrics: Sequence[str], where: str,
+            machine: float | None = None) -> dict[str, SessionSpread]:
     planted = {point.result_id for point in points if point.metric == PLANT and point.value > 0}
+    probes = {point.result_id: point.value for point in points if point.metric == CALIBRATION_PROBE}
     kept = [point for point in points if point.case == case and point.metric in metrics
             and point.workload_version == workload_version and point.result_id not in planted
-            and point.verdict in ACCEPTED]
+            and (point.metric_verdict or point.verdict) in ACCEPTED
+            and (machine is None or like(probes.get(point.result_id), machine))]
     found = {}
     for one in series(kept):
         start, _, _ = one.segments()[-1]
@@ -52,3 +61,8 @@ def spreads(points: Sequence[Point], case: str, workload_version: str, metrics: 
         if spread is not None:
             found[one.metric] = spread
     return found
+
+
+def like(probe: float | None, machine: float) -> bool:
+    """Whether a session whose probe read ``probe`` ran on a machine like this one (``machine``)."""
+    return probe is not None and abs(probe / machine - 1.0) <= LIKE_MACHINE
