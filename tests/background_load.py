@@ -41,8 +41,9 @@ def training_job(seconds: float = 900, ranks: int = 2) -> Iterator[subprocess.Po
     """A second DDP training job (the tiny OpenCLIP, ``ranks`` gloo ranks) that trains until ``seconds`` pass.
 
     It is handed over once it trains: its first 10-20 s are imports and a model build on one core, so a session
-    started beside it measured its first runs against a half-idle neighbour and its later ones against the whole
-    job (a baseline taken so was 20 % faster in CPU time per sample than the unchanged session after it)."""
+    started beside it would measure its first runs against a half-idle neighbour and its later ones against the
+    whole job, and a baseline taken so reads faster than the sessions after it
+    (docs/measurements.md#why-the-rules-are-what-they-are)."""
     with tempfile.TemporaryDirectory(prefix="perfgate-neighbour-") as scratch:
         records = Path(scratch) / "steps.jsonl"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),

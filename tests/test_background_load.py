@@ -1,5 +1,6 @@
 """The loads that tests and benchmarks run beside themselves leave no process behind, even when their owner is
-killed before its cleanup can run (detection_power.py stopped by a signal once left two busy cores for hours)."""
+killed before its cleanup can run: a load left behind skews whatever runs next, for hours
+(docs/measurements.md#why-the-rules-are-what-they-are)."""
 
 import subprocess
 import sys

@@ -492,7 +492,8 @@ def test_a_gated_instruction_count_the_host_cannot_count_is_left_out_saying_why(
 
 @pytest.mark.parametrize("waits, warned", [(host_wait.SPINS, True), (host_wait.BLOCKING, False)])
 def test_gating_host_cpu_of_a_host_that_spun_for_the_gpu_warns_that_it_read_the_devices_time(tmp_path, waits, warned):
-    """On one H200 a spinning host's CPU per step was the step's time (48.5 of 48.5 ms): gated, it would add nothing."""
+    """A host that spins while it waits for the GPU reads the step's time as its CPU per step: gated, it adds nothing
+    (docs/measurements.md#why-the-rules-are-what-they-are)."""
 
     class GpuMeasurer(FakeMeasurer):
         def launch_once(self, planned):

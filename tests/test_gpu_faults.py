@@ -1,6 +1,6 @@
 """Faults on a real GPU, through the plugin: a CUDA out-of-memory and a crashed CUDA rank are classified and explained
-as on CPU. Skipped without a CUDA GPU; run on one with `pytest tests/test_gpu_faults.py` (on one H100 both cases
-took 89 s, 2026-11-26)."""
+as on CPU. Skipped without a CUDA GPU; run on one with `pytest tests/test_gpu_faults.py` (about a minute and a half:
+docs/measurements.md#why-the-rules-are-what-they-are)."""
 
 import subprocess
 

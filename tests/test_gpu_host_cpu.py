@@ -1,7 +1,8 @@
 """The host's CPU clock gated on a real GPU (opt-in, docs/clocks.md): under ``--host-wait block`` the host sleeps
 while it waits for the device, so ``host_cpu_per_step_s`` is the host's own work, a baseline carries it and a
 planted slowdown moves it; under CUDA's default the host spins, and gating it warns. Skipped without a CUDA GPU;
-run on one with ``pytest tests/test_gpu_host_cpu.py`` (four launches, 182 s on one H200, 2026-11-27)."""
+run on one with ``pytest tests/test_gpu_host_cpu.py`` (four launches, a few minutes:
+docs/measurements.md#why-the-rules-are-what-they-are)."""
 
 import json
 import subprocess

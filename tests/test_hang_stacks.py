@@ -88,8 +88,8 @@ def test_on_a_shared_host_the_stacks_of_one_node_are_asked_for_and_the_reap_ends
 
 def test_processes_that_share_a_stderr_are_asked_in_turns_each_once_the_last_dump_is_whole(monkeypatch):
     """A rank and its two loader workers write to rank0.log, another rank to rank1.log: asked at once, the three
-    stacks in rank0.log would interleave. On this slow host a dump lands half a second after its signal, longer
-    than a fixed turn would have waited."""
+    stacks in rank0.log would interleave. On a slow host a dump can land later than a fixed turn would wait, so each
+    turn waits for the last dump to be whole (docs/measurements.md#why-the-rules-are-what-they-are)."""
     streams = {10: "rank0.log", 11: "rank0.log", 12: "rank0.log", 20: "rank1.log"}
     sizes = dict.fromkeys(streams.values(), 0)
     clock, asked, landing = [0.0], [], []

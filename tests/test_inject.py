@@ -76,7 +76,8 @@ def test_planted_slowdown_is_faithful_whatever_bounds_the_loop(loop, fraction):
 
 
 def test_a_device_spin_alone_is_absorbed_by_a_host_bound_loop():
-    """Why the host is delayed too: the H100 run's spin-only plant of 3 % measured +1.4 % (a faster step)."""
+    """Why the host is delayed too: a spin-only plant measures less than it planted where the GPU idles between kernels
+    (docs/measurements.md#why-the-rules-are-what-they-are)."""
 
     class SpinOnly(Pipeline):
         def host_busy(self, seconds: float) -> None:
@@ -121,10 +122,10 @@ def cpu_work(seconds: float) -> None:
 def real_cpu_loop(path, fraction: float, step_work: Sequence[float]) -> list[float]:
     """A CPU loop through the real StepRecorder and SlowdownInjector, on this thread's CPU clock: its steps and plants
     are then fixed work, timed alike however the machine is shared. Wall-clock steps beside other work vary by the
-    scheduler's slices (a busy wait of 50 ms ended at 50 or 54 ms beside two busy processes, 60-70 ms under
-    pytest-xdist beside a training case), which is noise for benchmarks/planted_slowdown.py to average, not for a
-    test. The garbage collector is off during the loop: late in a long pytest session a full collection costs tens of
-    ms of this thread's CPU time, all of it in the one step it lands in."""
+    scheduler's slices (a busy wait can end milliseconds past its deadline:
+    docs/measurements.md#why-the-rules-are-what-they-are), which is noise for benchmarks/planted_slowdown.py to
+    average, not for a test. The garbage collector is off during the loop: late in a long pytest session a full
+    collection costs tens of ms of this thread's CPU time, all of it in the one step it lands in."""
     gc.collect()
     gc.disable()
     try:
@@ -152,7 +153,7 @@ def test_a_real_cpu_loop_runs_slower_by_the_planted_fraction(tmp_path, fraction)
     """Steps of 50 ms of work, with and without the plant, through the real recorder and injector: the median step
     grows by the fraction, within 1 point, on a quiet machine or a loaded one (the clock is the thread's CPU time).
     The median, because each step is planted F of itself: a step that costs more for a reason of its own does not move
-    it (in a CI run the means gave 0.973 where 0.909 was due, as one unplanted step 35 ms longer would)."""
+    it, where it moves the mean by points (docs/measurements.md#why-the-rules-are-what-they-are)."""
     natural = real_cpu_loop(tmp_path / "none.jsonl", 0.0, [0.05] * 12)
     planted = real_cpu_loop(tmp_path / "planted.jsonl", fraction, [0.05] * 12)
     expected = 1 / (1 + fraction)
@@ -163,8 +164,8 @@ def test_on_cpu_each_step_is_lengthened_by_the_fraction_of_itself_so_the_fastest
     """The CPU flavour gates the fastest step. Steps of 40 and 120 ms of work alternate: planting 25 % of a typical
     step (80 ms) would make the fast ones 50 % slower and the slow ones 17 %; the plant must make each 25 % slower.
     Each step is compared with its unplanted twin and the median taken per kind: the thread's CPU clock can still
-    count time a host took from the VM mid-step (a CI run's means read 0.814 for 0.800, as one step 12 ms longer
-    would; here 15 runs gave 0.7995-0.8005, quiet or beside two busy processes)."""
+    count time a host took from the VM mid-step, which moves a mean but not the median
+    (docs/measurements.md#why-the-rules-are-what-they-are)."""
     work = [0.04 if step % 2 else 0.12 for step in range(10)]
     natural = real_cpu_loop(tmp_path / "none.jsonl", 0.0, work)
     planted = real_cpu_loop(tmp_path / "planted.jsonl", 0.25, work)
@@ -265,8 +266,9 @@ class AllReducingRanks:
 @pytest.mark.parametrize("fraction", (0.25, 1.0))
 def test_ranks_sharing_rank_zeros_wall_time_plant_f_of_the_window_where_their_own_steps_fed_each_other(fraction):
     """Each rank planting F of its own step plants the other's excess over it again (its wait at the all-reduce): at
-    100 % the excess never decays and the window grew by 162 % through the wrapper on 14 ms steps. With rank 0's
-    wall time on both ranks, the window grows by F, within 1 point."""
+    100 % the excess never decays and the window grows by far more than F
+    (docs/measurements.md#why-the-rules-are-what-they-are). With rank 0's wall time on both ranks, the window grows
+    by F, within 1 point."""
     natural = AllReducingRanks(0.0, shared=True).window_s(200)
     shared = AllReducingRanks(fraction, shared=True).window_s(200)
     assert natural / shared == pytest.approx(1 / (1 + fraction), abs=0.01)
@@ -291,8 +293,8 @@ def test_a_busy_wait_that_overran_its_deadline_is_taken_off_the_next_so_the_wind
 
 def test_the_plant_is_work_on_the_core_not_a_sleep_that_hands_the_core_away():
     """A sleeping process gets its core back with the scheduler's credit (CFS favours a task that slept), so beside
-    a second training job a sleep that doubled each step measured -4 %. The plant must burn its own CPU time: a step
-    of work is planted as work, on both clocks."""
+    other work a sleep plants far less than it says (docs/measurements.md#why-the-rules-are-what-they-are). The plant
+    must burn its own CPU time: a step of work is planted as work, on both clocks."""
     injector = SlowdownInjector(1.0, "cpu", [])
     injector.begin()
     cpu_work(0.05)
@@ -300,9 +302,10 @@ def test_the_plant_is_work_on_the_core_not_a_sleep_that_hands_the_core_away():
     planted = injector.pause()
     assert planted >= 0.05
     # The step's CPU time is planted again as CPU time, up to its wall target: idle, all 50 ms of it; on a shared core
-    # the plant's share can be smaller than its step's was (32 ms seen beside two busy processes). A sleep would use
-    # microseconds, so the floor is a fifth of the step's: its share would have to fall fivefold from one 50 ms to
-    # the next. The plant never works beyond the step's CPU time.
+    # the plant's share can be smaller than its step's was (beside busy processes:
+    # docs/measurements.md#why-the-rules-are-what-they-are). A sleep would use microseconds, so the floor is a fifth
+    # of the step's: its share would have to fall fivefold from one 50 ms to the next. The plant never works beyond
+    # the step's CPU time.
     assert 0.01 < time.process_time() - cpu_before < 0.05 + 0.005, "the plant slept instead of working"
 
 

@@ -24,8 +24,9 @@ TASK_CLOCK = (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK)
 
 def spin(cpu_s: float) -> None:
     """Spends ``cpu_s`` on this thread's task clock, however long that takes on a shared core. Not on
-    ``time.thread_time``: on a VM the task clock runs on while the hypervisor has taken the core (steal time) and
-    the kernel's CPU time does not, so a CI runner with busy neighbours counted 0.72 s for 0.5 s of the latter."""
+    ``time.thread_time``: on a VM the task clock runs on while the hypervisor has taken the core (steal time) and the
+    kernel's CPU time does not, so beside busy neighbours the two part widely
+    (docs/measurements.md#why-the-rules-are-what-they-are)."""
     own = InstructionCounter(event=TASK_CLOCK, threads=lambda: [threading.get_native_id()]).open()
     try:
         while own.read() < cpu_s * 1e9:

@@ -238,8 +238,9 @@ STOPPED_AGENT = ("torch.distributed.elastic.multiprocessing.api.SignalException:
     "srun: error: n1: task 0: Exited with exit code 1\nsrun: error: n2: task 1: Terminated",
 ])
 def test_a_crash_whose_agent_was_stopped_first_is_named_from_the_ranks_own_log(tmp_path, srun_says):
-    """As CI saw it: node 1's rank crashed, node 0's rank lost its peer and its agent ended first, and srun stopped
-    node 1's agent before that agent reported. Node 1's rank is still the one named, from its own log."""
+    """An order SLURM's --kill-on-bad-exit can give (docs/measurements.md#why-the-rules-are-what-they-are): node 1's
+    rank crashed, node 0's rank lost its peer and its agent ended first, and srun stopped node 1's agent before that
+    agent reported. Node 1's rank is still the one named, from its own log."""
     from perfgate.launch.slurm import diagnose_srun
 
     logs = rank_logs(tmp_path, [PEER_CLOSED, "[rank0]: RuntimeError: planted crash on node 1"], code=-6)
@@ -333,8 +334,9 @@ def test_a_run_that_hangs_after_its_work_is_done_is_killed_after_the_teardown_bo
 
 
 def test_a_rank_aborted_in_the_gloo_exit_race_is_a_crash_that_says_how_to_end_the_script(tmp_path):
-    """The last words a rank leaves when a gloo worker thread releases a collective while Python exits (seen in CI
-    from the own-style script): still a crash, with how to end a script so it cannot happen."""
+    """The last words a rank leaves when a gloo worker thread releases a collective while Python exits (a script that
+    ends the ordinary way can meet it: docs/measurements.md#why-the-rules-are-what-they-are): still a crash, with how
+    to end a script so it cannot happen."""
     from perfgate.launch.diagnose import diagnose_failure
 
     spec = LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=1)

@@ -145,5 +145,5 @@ def test_another_interpreter_runs_the_reference_side_on_every_slurm_node(suite, 
 
 def test_bisect_through_slurm_names_the_commit_that_slowed_both_nodes(suite, tmp_path):
     """Bisect hands its launcher options to every verdict's session unchanged, so one multi-node launcher stands for
-    both: through ssh it took 170 s more of make test for the same path."""
+    both, and slurm is the cheaper of the two in make test (docs/measurements.md#why-the-rules-are-what-they-are)."""
     check_bisect_across_two_nodes(tmp_path, ["--launcher", "slurm", "--nodes", "2"], launched_by="srun ")

@@ -127,7 +127,8 @@ def test_median_interval_needs_enough_steps_and_shrinks_with_more():
 
 
 def test_disturbed_runs_are_the_far_worse_ones_only():
-    # detection run 4's baseline: two runs fell in slow spells of the VM (one while a test suite ran beside it)
+    # a real baseline whose two runs fell in slow spells of a shared VM
+    # (docs/measurements.md#why-the-rules-are-what-they-are)
     runs = [345.9, 350.5, 264.2, 344.9, 342.2, 338.1, 188.6]
     assert stats.disturbed(runs, "higher", floor=0.06) == [2, 6]
     assert stats.disturbed([1 / v for v in runs], "lower", floor=0.06) == [2, 6]

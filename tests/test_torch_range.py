@@ -43,7 +43,8 @@ def test_newer_apis_are_used_only_where_this_torch_has_them(common):
 
 
 def test_an_older_ddp_gets_broadcast_buffers(common, monkeypatch):
-    """torch 2.11 (an H100 image's) has no forward_sync_buffers: every workload crashed building DDP there."""
+    """torch 2.11 (as a GPU image may ship it) has no forward_sync_buffers: building DDP with it would crash every
+    workload (docs/measurements.md#why-the-rules-are-what-they-are)."""
     compat = common.torch_compat
     monkeypatch.setattr(compat, "accepts", lambda fn, keyword: keyword != "forward_sync_buffers")
     assert compat.ddp_buffer_sync(True) == {"broadcast_buffers": True}
@@ -58,10 +59,10 @@ def test_a_fused_optimizer_this_torch_lacks_is_a_usage_error_naming_it(common, m
 
 
 def test_fused_sgd_survives_a_first_step_the_grad_scaler_skips(common, monkeypatch):
-    """The H100's ResNet-50 fused + fp16 AMP run: the GradScaler skipped steps 0-2 (overflow), then the loss was
-    NaN from step 3. torch's fused SGD allocates its momentum buffers with empty_like and fills them only in a
-    step it takes, so a skipped first step left them holding stale memory. empty_like promises nothing about
-    that memory; here it hands back NaN, as the GPU's caching allocator did."""
+    """Fused SGD under fp16 AMP, whose GradScaler skips the first steps (overflow): torch's fused SGD allocates its
+    momentum buffers with empty_like and fills them only in a step it takes, so a skipped first step leaves them
+    holding stale memory, and the loss can go NaN (docs/measurements.md#why-the-rules-are-what-they-are). empty_like
+    promises nothing about that memory; here it hands back NaN, as a GPU's caching allocator can."""
     param = torch.nn.Parameter(torch.ones(64))
     optimizer = common.make_optimizer("fused", "sgd", [param], lr=0.1, momentum=0.875)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)

@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--loader", choices=("torch", "synthetic"), default="torch",
         help="torch: a DataLoader whose --workers processes decode and transform distinct pairs per sample (the "
-        "host's CPUs can bound it: ViT-B-32 on an H100 took ~1,790 pairs/s from 8 workers); synthetic: one batch of "
+        "host's CPUs can bound a fast GPU's steps); synthetic: one batch of "
         "distinct pairs made once and kept on the device, so the step alone is measured",
     )
     parser.add_argument("--optimizer", choices=workload_args.OPTIMIZERS, default="default", help="AdamW implementation")

@@ -2,9 +2,9 @@
 
 Supported: torch 2.5 (the floor, what NGC containers and cluster modules commonly ship; tested in CI)
 up to the newest (2.14.1 is pinned and tested; newer releases run through the same detection). A GPU
-runner trains with its image's torch, not the suite's venv: on an H100 image with torch 2.11 every
-workload crashed on ``DistributedDataParallel(forward_sync_buffers=...)``, a keyword only newer torch
-has. So each keyword or class newer than 2.5 is used only once this module has found it.
+runner trains with its image's torch, not the suite's venv, and an image's older torch can lack a keyword the newest
+has (``DistributedDataParallel(forward_sync_buffers=...)``: docs/measurements.md#why-the-rules-are-what-they-are).
+So each keyword or class newer than 2.5 is used only once this module has found it.
 """
 
 from __future__ import annotations

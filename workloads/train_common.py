@@ -126,8 +126,9 @@ def zero_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
     torch's fused SGD allocates the buffers with ``empty_like`` and fills them in its first step; when the
     GradScaler skips that step (fp16 gradients overflowed, as they do at the first steps of a fresh
     loss scale), the kernel returns early and the buffers keep whatever memory they got. The next real
-    step then adds that garbage to the update: ResNet-50 on an H100 went NaN at step 3. With zeroed
-    buffers and no dampening, the first real step gives ``buf = grad``, exactly the first-step rule.
+    step then adds that garbage to the update, and the loss can go NaN
+    (docs/measurements.md#why-the-rules-are-what-they-are). With zeroed buffers and no dampening, the first real
+    step gives ``buf = grad``, exactly the first-step rule.
     """
     for group in optimizer.param_groups:
         if not group["momentum"]:
@@ -195,8 +196,8 @@ def leave_without_teardown() -> NoReturn:
     """Ends a finished rank: destroys the process group, then exits without Python's interpreter teardown.
 
     At interpreter exit torch 2.5.1's DDP Reducer can free its gloo process group while holding the GIL, and the
-    group's destructor joins a gloo worker thread that waits for that GIL: the rank deadlocks after its end record
-    (2 of 3 U-Net smoke runs on torch 2.5.1 hung there until killed). NCCL's teardown is known to hang as well.
+    group's destructor joins a gloo worker thread that waits for that GIL: the rank can deadlock after its end record
+    (docs/measurements.md#why-the-rules-are-what-they-are). NCCL's teardown is known to hang as well.
     Nothing is left to save by then: records and logs are flushed and closed first.
     """
     dist.destroy_process_group()

@@ -28,9 +28,8 @@ DEFAULT_CPU_RANKS = 2
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 """What may name a baseline directory or file: nothing that could climb out of the baseline root."""
 CPU_TOLERANCE_FLOOR = 0.06
-"""The least tolerance of a CPU flavour. A baseline's spread is measured over minutes, but a shared VM's
-speed drifts over an hour: on the development VM the steady throughput of an unchanged build moved
-from +2.5 % to -4.5 % of its baseline within 30 minutes (detection run 3), so a 3 % floor cried wolf."""
+"""The least tolerance of a CPU flavour. A baseline's spread is measured over minutes, but a shared VM's speed drifts
+further than that within an hour, so a 3 % floor cried wolf (docs/measurements.md#why-the-rules-are-what-they-are)."""
 CPU_CLOCK_GATED = "cpu_seconds_per_sample"
 """The CPU clock's gated metric: CPU time per sample, which a source that reads logs cannot give."""
 DEFAULT_GATED = {
@@ -38,13 +37,11 @@ DEFAULT_GATED = {
     "cpu": ("fastest_step_samples_per_second", CPU_CLOCK_GATED),
 }
 """What a case gates unless it says otherwise. A dedicated GPU's steps are steady, so its mean throughput is
-the truth. Shared CPU runners interfere in bursts that only ever add time: in detection run 4 (a noisy
-hour of the development VM) unchanged runs' mean throughput moved -13 %..+11 % from their baseline, the
-fastest half of the steps -11 %..+8 %, the fastest step -8 %..+7 %, and only the fastest step kept every
-10 % slowdown apart from them. A regression confined to a few steps is left to the GPU flavour. The CPU
-flavour gates a second clock beside it, CPU time per sample, which the slices given to other work do not
-reach: more work per step moves both, a wait only the wall clock. A GPU flavour records host CPU per step and
-gates it where the flavour asks (``Flavour(gated=(..., "host_cpu_per_step_s"))``)."""
+the truth. Shared CPU runners interfere in bursts that only ever add time, and the fastest step is what they move
+least (docs/measurements.md#why-the-rules-are-what-they-are); a regression confined to a few steps is left to the
+GPU flavour. The CPU flavour gates a second clock beside it, CPU time per sample, which the slices given to other
+work do not reach: more work per step moves both, a wait only the wall clock. A GPU flavour records host CPU per step
+and gates it where the flavour asks (``Flavour(gated=(..., "host_cpu_per_step_s"))``)."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +63,9 @@ class Flavour:
     cpu_tolerance_floor: float = 0.05
     """The least tolerance a noise-derived one of the CPU clock may be, against a stored baseline. CPU time does not
     count the slices a shared machine gives other work, so launches in one session agree within 1-2 %, but it drifts
-    between sessions too (caches, clocks): on the idle development VM two unchanged sessions measured +2.2 % and
-    +3.6 % against a baseline taken minutes before, so a 2 % floor cried wolf in 2 of 6. A/B, which cancels drift,
-    judges it with --perf-ab-tolerance (2 %)."""
+    between sessions too (caches, clocks), past a 2 % floor even on an idle machine
+    (docs/measurements.md#why-the-rules-are-what-they-are). A/B, which cancels drift, judges it with
+    --perf-ab-tolerance (2 %)."""
     timeout_s: float = 600.0
     target_ci: float | None = None
     """Adaptive length: stop once the ~95 % interval of the median step time is within this fraction of it

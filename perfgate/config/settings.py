@@ -160,10 +160,10 @@ OPTIONS = (
     Option("--perf-repeats", "repeats", "launch every case K times (whole torchrun launches) and judge the "
            "median of the runs (default: 3)", whole(1), 3, "K"),
     Option("--perf-baseline-repeats", "baseline_repeats", "runs measured by --update-baselines, whose spread sets "
-           "a noise-derived tolerance; 7 let the rank test reach p < 0.05 against 3 runs even when one run "
+           "a noise-derived tolerance; enough for the rank test to reach p < 0.05 against 3 runs even when one run "
            "overlaps (default: 7)", whole(1), 7, "K"),
     Option("--perf-max-repeats", "max_repeats", "when a verdict is inconclusive, keep launching runs up to this "
-           "many before deciding (default: --perf-repeats + 1, which keeps a CPU case's verdict within 90 s; under "
+           "many before deciding (default: --perf-repeats + 1, which keeps a CPU case's verdict within a few minutes; under "
            "--perf-against, pairs: --perf-repeats + 2)",
            whole(1), None, "N"),
     Option("--perf-inject-slowdown", "inject_slowdown", "make every workload slower by this fraction of its step "

@@ -31,9 +31,8 @@ from perfgate.outcome import CaseFailed
 
 
 RESOLVE_PAIRS = 20
-"""--perf-ab-resolve's pair cap where --perf-max-repeats gives none: simulated with the gate's rules
-(benchmarks/ab_power.py --resolve 0.05), 5 % slowdowns took 7.4 pairs on average at a 3.6 % pair spread and 10 at
-5 %, and 20 pairs caught 98 % and 92 % of them."""
+"""--perf-ab-resolve's pair cap where --perf-max-repeats gives none: in simulation with the gate's rules it resolves
+most 5 % slowdowns at a shared runner's pair spreads (docs/measurements.md#why-the-rules-are-what-they-are)."""
 
 
 def runs_duet(settings: Settings, kind: str) -> bool:
@@ -63,8 +62,8 @@ class RevisionReference:
     def tolerance_of(self, name: str) -> float:
         """--perf-ab-tolerance, except for the wall clock of a case that gates the CPU clock beside it: that one keeps
         the flavour's wider wall floor, as against a stored baseline. The CPU clock catches more work within 2 %; the
-        wall clock is there for waits, and on a loaded runner its pairs differ by 6 % (a 2 % tolerance there failed
-        5-7 % of unchanged builds, by benchmarks/ab_power.py)."""
+        wall clock is there for waits, and on a loaded runner its pairs differ by more than a 2 % tolerance allows
+        (docs/measurements.md#why-the-rules-are-what-they-are)."""
         gated = self.plan.run.gated
         if METRICS[name].clock == "wall" and any(METRICS[m].clock == "cpu" for m in gated):
             return max(self.tolerance, self.plan.tolerance_floor("wall"))

@@ -29,8 +29,7 @@ from perfgate.outcome import CaseFailed, CaseSkipped
 def undecided(outcomes: set[str]) -> bool:
     """Whether the metrics' outcomes so far call for another run: one is inconclusive or unresolved, and none FAILs.
     A FAIL decides the case, as it does once no other metric is open; more runs would only settle metrics that
-    cannot change it (beside two busy processes, 10 % plants the CPU clock caught at the third A/B pair ran on to
-    the fifth for the wall clock)."""
+    cannot change it, at the cost of whole launches (docs/measurements.md#why-the-rules-are-what-they-are)."""
     return "FAIL" not in outcomes and ("inconclusive" in outcomes or "unresolved" in outcomes)
 
 

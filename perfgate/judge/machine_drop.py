@@ -8,7 +8,7 @@ the metric's tolerance: the probe is a snapshot), in a case that gates the CPU c
 unresolved rather than FAIL: the machine's other work is the likelier cause, and only A/B in one job can tell. A case
 that gates no CPU-clock metric (a GPU flavour's default) keeps its FAIL. The probe does not calibrate the values
 (``--perf-calibrate``): its snapshots around a window exaggerate or miss a burst, and scaling by them moved
-unchanged sessions by up to +41 % (docs/measurements.md).
+unchanged sessions far more than the drift it corrects (docs/measurements.md#why-the-rules-are-what-they-are).
 """
 
 from __future__ import annotations

@@ -90,8 +90,8 @@ def launch_together(measurers: Sequence[Measurer], planned: int) -> None:
 
 def measure_within(measurer: Measurer, span: tuple[float, float]) -> None:
     """Measures ``measurer``'s last run again on its measured steps that ran inside ``span``: under duet, while the other
-    side ran too. The side that finishes last runs its last steps alone on the cores, faster: a candidate with
-    a planted 10 % slowdown read 13 % faster than its reference on the wall clock's fastest step so."""
+    side ran too. The side that finishes last runs its last steps alone on the cores, faster: kept, they can make a
+    slower side read faster than its reference (docs/measurements.md#why-the-rules-are-what-they-are)."""
     run, records = measurer.measurement.runs[-1], measurer.last_records
     kept = overlapping(records, measurer.plan.warmup, span)
     if len(kept.steps) - measurer.plan.warmup < MIN_OVERLAP_STEPS:

@@ -238,8 +238,9 @@ class Measurer:
         (self.plan.spec.workdir / "result.json").write_text(json.dumps(record, indent=2) + "\n")
 
     def _diverged_first(self, run_dir: Path, index: int, argv: list[str], failure: LaunchFailed) -> None:
-        """A loss that went NaN or infinite before a rank failed is the root cause: ranks fed NaN often abort
-        (seen: gloo's teardown calling std::terminate after a finished NaN run), so the verdict is diverged."""
+        """A loss that went NaN or infinite before a rank failed is the root cause: ranks fed NaN often abort (gloo's
+        teardown can call std::terminate after a finished NaN run:
+        docs/measurements.md#why-the-rules-are-what-they-are), so the verdict is diverged."""
         try:
             metrics.check_finite(self.plan.run.case.records.read(run_dir))
         except metrics.DivergedError as exc:
@@ -252,8 +253,9 @@ class Measurer:
 
     def _failed_in_teardown(self, run_dir: Path, index: int, failure: LaunchFailed) -> bool:
         """A rank that crashed or hung after the end record failed in teardown, not in what was measured: rank 0
-        writes that record after every rank's last collective (seen in CI: gloo calling std::terminate as a
-        finished run exited). The run's measurement stands, with a warning that names the failure."""
+        writes that record after every rank's last collective (gloo can call std::terminate as a finished run exits:
+        docs/measurements.md#why-the-rules-are-what-they-are). The run's measurement stands, with a warning that names
+        the failure."""
         if failure.kind not in ("crashed", "timeout"):
             return False
         try:

@@ -155,9 +155,10 @@ T_QUANTILES = {
 """Two-sided Student's t quantiles for 1..30 degrees of freedom, then the normal's for more, per confidence."""
 
 SEQUENTIAL_CONFIDENCE = 0.99
-"""The paired interval's confidence where it is looked at after every pair, up to 20 times (--perf-ab-resolve): at 95 %
-each look, simulated unchanged builds failed 6-10 % of the time by the twentieth (benchmarks/ab_power.py --resolve);
-Pocock's constant boundary for 20 looks at 5 % overall is about 99.1 %."""
+"""The paired interval's confidence where it is looked at after every pair, up to 20 times (--perf-ab-resolve): 95 % at
+each look fails unchanged builds more often than 5 % over 20 looks
+(docs/measurements.md#why-the-rules-are-what-they-are); Pocock's constant boundary for 20 looks at 5 % overall is
+about 99.1 %."""
 
 
 def paired_confidence(resolve: float | None) -> float:
@@ -251,6 +252,6 @@ def noise_tolerance(runs: Sequence[float], floor: float, factor: float = 1.0) ->
 
     One sigma is enough: noise is already answered by requiring significance (the interval and the rank
     test); the tolerance only says how large a significant change must be to matter. At two sigmas a noisy
-    baseline hid every 10 % slowdown below its own tolerance (detection run 4: 10.4 %, 12 of 20 caught;
-    at one sigma the same runs decide 20 of 20, with no false alarm in 20 unchanged trials)."""
+    baseline hides a 10 % slowdown below its own tolerance; one sigma catches it without more false alarms
+    (docs/measurements.md#why-the-rules-are-what-they-are)."""
     return max(floor, factor * relative_spread(runs))

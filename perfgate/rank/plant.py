@@ -4,28 +4,29 @@ Every step is made longer by F times its natural duration, whatever bounds the l
 has two timelines, the host's (Python, kernel launches, the input pipeline) and, on GPU, the device
 stream's; the step takes as long as the busier one. So the delay goes on both: the device stream
 spins for it (``torch.cuda._sleep``), then the host spins for it. A GPU-bound loop waits out the device spin,
-a host-bound one the host's, and the two overlap instead of adding up. On an H100 a
-device spin alone planted 3 % and measured +1.4 % in a loop whose GPU was 90 % busy: the spin filled gaps
-the GPU idled through anyway.
+a host-bound one the host's, and the two overlap instead of adding up. A device spin alone falls short where the
+GPU idles between kernels: the spin fills gaps the GPU idled through anyway
+(docs/measurements.md#why-the-rules-are-what-they-are).
 
 The host's delay is work, a busy loop, never a sleep: the plant models slower code, and slower code keeps
 costing time when the cores are shared. A sleeping process hands its core to the neighbours, and Linux's
 scheduler then credits it for the time it slept (CFS places a waking task ahead of the ones that kept
-running), so its next step runs with more of the core than an unplanted step had. Beside a second 2-rank
-training job on 2 cores a sleep that doubled every step measured -4 %; a busy loop has no such credit.
+running), so its next step runs with more of the core than an unplanted step had, and a sleep plants far less
+than it says beside other work (docs/measurements.md#why-the-rules-are-what-they-are); a busy loop has no such
+credit.
 
-On CPU a step's work is done when its Python calls return, so a step's natural duration is its own
-elapsed time on the host clock and each step is lengthened by F of itself: the fastest step, the median
-and the mean all move by F (planting F of a typical step instead moved a CPU case's fastest step, which
-the CPU flavour gates, by 2-3 F). Every rank plants: the code is slower everywhere, not on one rank. The CPU
-flavour gates a second clock, CPU time, so the plant moves it by F too: it works until the rank has spent F of
-the step's CPU time (its process's and its loader workers') and only then, if the step's wall time is not yet F
-longer, waits out the rest, which is F of the time the step spent off a core (waiting for the other rank, for
-I/O). A rank that keeps more than one core busy reaches the wall target first; its CPU clock then moves by less
-than F. The wall time planted is rank 0's on every rank, shared through torchrun's store (``RankZeroTargets``):
-a rank's own step includes its wait at the all-reduce for a rank that planted more, and when each rank planted F
-of its own step it planted that excess again, so the ranks' plants fed each other (2 gloo ranks, 14 ms steps: a
-100 % plant lengthened the window by 162 %).
+On CPU a step's work is done when its Python calls return, so a step's natural duration is its own elapsed time on
+the host clock and each step is lengthened by F of itself: the fastest step, the median and the mean all move by F
+(planting F of a typical step instead moves a CPU case's fastest step, which the CPU flavour gates, by more than
+F: docs/measurements.md#why-the-rules-are-what-they-are). Every rank plants: the code is slower everywhere, not on
+one rank. The CPU flavour gates a second clock, CPU time, so the plant moves it by F too: it works until the rank
+has spent F of the step's CPU time (its process's and its loader workers') and only then, if the step's wall time
+is not yet F longer, waits out the rest, which is F of the time the step spent off a core (waiting for the other
+rank, for I/O). A rank that keeps more than one core busy reaches the wall target first; its CPU clock then moves
+by less than F. The wall time planted is rank 0's on every rank, shared through torchrun's store
+(``RankZeroTargets``): a rank's own step includes its wait at the all-reduce for a rank that planted more, and
+when each rank planted F of its own step it planted that excess again, so the ranks' plants fed each other and the
+window grew by far more than F (docs/measurements.md#why-the-rules-are-what-they-are).
 
 On GPU the host runs ahead of the device, so the natural duration is the median of the last few resolved steps
 (never the first, which compiles) with what was planted in them taken out, so nothing waits for the device to
@@ -221,8 +222,9 @@ class SlowdownInjector:
 
     def _pause_cpu(self) -> float:
         """F of this step's own elapsed time and CPU time, as measured: on shared cores a busy wait can end a scheduler
-        slice past its deadline (beside two busy processes, 1 ms on average: 2 points of a 5 % plant on 50 ms steps),
-        so what one overran is taken off the next, and the window holds F."""
+        slice past its deadline, by enough to move a small plant by points
+        (docs/measurements.md#why-the-rules-are-what-they-are), so what one overran is taken off the next, and the
+        window holds F."""
         now, cpu_now = self._clock(), self._cpu_clock()
         natural = now - self._step_began if self._step_began is not None else 0.0
         natural_cpu = cpu_now - self._cpu_began

@@ -2,10 +2,9 @@
 
 CUDA's default scheduling (``CU_CTX_SCHED_AUTO``) spins while the process has fewer contexts than the machine
 has cores, so the thread that waits for the device (a GradScaler's ``.item()``, a full launch queue) stays on a
-core for the whole wait. On one H200 (ResNet-50 AMP, batch 256, 2026-11-26) rank 0's host CPU per step was
-48.5 ms of a 48.5 ms step: the CPU clock read the device's time, and a Python-overhead regression hidden behind
-the GPU would stay hidden from it too. With blocking sync (``CU_CTX_SCHED_BLOCKING_SYNC``) the waiting thread
-sleeps on an OS primitive, so its CPU time is the host's own work.
+core for the whole wait: the CPU clock then reads the device's time, and a Python-overhead regression hidden
+behind the GPU stays hidden from it too (docs/measurements.md#why-the-rules-are-what-they-are). With blocking sync
+(``CU_CTX_SCHED_BLOCKING_SYNC``) the waiting thread sleeps on an OS primitive, so its CPU time is the host's own work.
 
 torch has no call for it, so it is set through the driver API on the device's primary context, the one torch
 uses, before torch creates it (``cuDevicePrimaryCtxSetFlags_v2`` also accepts an active one).

@@ -1,9 +1,10 @@
 """The third clock: instructions retired by the rank, counted by the CPU's performance monitoring unit.
 
 Wall time and CPU time both read the host's speed: on a VM whose neighbours slow the same instructions in spells,
-CPU time per sample spread 5-10 % across quiet launches (docs/measurements.md). The number of instructions a step
-retires does not depend on how fast they ran, so it is the clock a shared host cannot move (CodSpeed's approach);
-it still moves with more work, another code path or a different kernel choice, and not with a wait.
+CPU time per sample spreads by several percent even across quiet launches
+(docs/measurements.md#why-the-rules-are-what-they-are). The number of instructions a step retires does not depend
+on how fast they ran, so it is the clock a shared host cannot move (CodSpeed's approach); it still moves with more
+work, another code path or a different kernel choice, and not with a wait.
 
 Counted with ``perf_event_open`` (Linux), user-space instructions only (``exclude_kernel``, as an unprivileged
 process may under ``perf_event_paranoid`` 2), on every thread of the process: one counter per thread that exists

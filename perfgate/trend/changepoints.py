@@ -6,8 +6,8 @@ point. Only its analysis module is used (numpy and scipy), not its importers and
 
 Two guards on top, because the t-test's p-value is taken where E-divisive chose the split, so it is optimistic:
 a change point must move the mean by ``min_change`` (Otava's ``min_magnitude``), and each of its segments must
-hold ``min_segment`` results. On 100 synthetic series of 80 results with 1 % noise they took flat series
-without a change point from 89 to 95; a 3 % step was found at its index in 97 (benchmarks/change_points.py).
+hold ``min_segment`` results. On synthetic series they cut false change points in flat series and still find a 3 %
+step where it is (benchmarks/change_points.py; docs/measurements.md#why-the-rules-are-what-they-are).
 """
 
 from __future__ import annotations
