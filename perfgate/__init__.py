@@ -26,6 +26,7 @@ _PUBLIC = {
     "Flavour": "perfgate.config.cases",
     "parametrize": "perfgate.config.cases",
     "CPU_TOLERANCE_FLOOR": "perfgate.config.cases",
+    "GPU_TOLERANCE_FLOOR": "perfgate.config.cases",
     "Matrix": "perfgate.config.matrix",
     "Axis": "perfgate.config.matrix",
     "DDP_AXIS": "perfgate.config.matrix",
@@ -39,11 +40,11 @@ _PUBLIC = {
     "CaseFailed": "perfgate.outcome",
     "CaseSkipped": "perfgate.outcome",
 }
-__all__ = ["CPU_TOLERANCE_FLOOR", "DDP_AXIS", "Axis", "Case", "CaseFailed", "CaseSkipped", "Flavour", "JsonRecords",
-           "LogLines", "Matrix", "OpenClipLog", "OptimizerSteps", "StepRecorder", "gpu_only", "needs_module", "parametrize"]
+__all__ = ["CPU_TOLERANCE_FLOOR", "DDP_AXIS", "GPU_TOLERANCE_FLOOR", "Axis", "Case", "CaseFailed", "CaseSkipped",
+           "Flavour", "JsonRecords", "LogLines", "Matrix", "OpenClipLog", "OptimizerSteps", "StepRecorder", "gpu_only", "needs_module", "parametrize"]
 
 if TYPE_CHECKING:
-    from perfgate.config.cases import CPU_TOLERANCE_FLOOR, Case, Flavour, parametrize
+    from perfgate.config.cases import CPU_TOLERANCE_FLOOR, GPU_TOLERANCE_FLOOR, Case, Flavour, parametrize
     from perfgate.config.matrix import DDP_AXIS, Axis, Matrix, gpu_only, needs_module
     from perfgate.outcome import CaseFailed, CaseSkipped
     from perfgate.records.sources import JsonRecords, LogLines, OpenClipLog, OptimizerSteps

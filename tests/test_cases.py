@@ -84,10 +84,11 @@ def test_a_source_that_reads_logs_has_no_cpu_clock_to_gate():
 
 
 def test_the_cpu_clock_has_its_own_tolerance_floor_and_fixed_tolerance():
-    flavour = Flavour({}, tolerance_floor=0.06)
-    assert (flavour.least_tolerance("wall"), flavour.least_tolerance("cpu")) == (0.06, 0.05)
+    flavour = Flavour({}, tolerance_floor=0.07)
+    assert (flavour.least_tolerance("wall", "cpu"), flavour.least_tolerance("cpu", "cpu")) == (0.07, 0.05)
+    assert (Flavour({}).least_tolerance("wall", "cpu"), Flavour({}).least_tolerance("wall", "gpu")) == (0.06, 0.02)
     fixed = Flavour({}, tolerance=0.1, cpu_tolerance=0.03)
-    assert (fixed.least_tolerance("wall"), fixed.least_tolerance("cpu")) == (0.1, 0.03)
+    assert (fixed.least_tolerance("wall", "gpu"), fixed.least_tolerance("cpu", "gpu")) == (0.1, 0.03)
     assert Flavour({}, tolerance=0.5).fixed_tolerance("cpu") == 0.5, "a fixed tolerance holds for both clocks"
 
 

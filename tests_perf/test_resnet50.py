@@ -9,7 +9,7 @@ on one H100), a default case on GPU (its CPU flavour skips: fp16 AMP is a GPU mo
 from matrix_axes import (BATCH, BUCKET, COMPILE, CUDA_GRAPHS, DDP, LOADER, ONCE_PER_CASE, OPTIMIZER, PRECISION, RULES,
                          SYNC_BUFFERS, WORKERS, Axis, no_workers_without_loader)
 
-from perfgate import CPU_TOLERANCE_FLOOR, Flavour, Matrix, parametrize
+from perfgate import Flavour, Matrix, parametrize
 
 CHANNELS_LAST = Axis("channels_last", (True, False), label={True: "", False: "nchw"})
 
@@ -21,9 +21,9 @@ MATRIX = Matrix(
           "ddp": None, "optimizer": "default", "compile": False, "cuda_graphs": False, "batch": 1,
           "channels_last": True},
     cpu=Flavour({"device": "cpu", "image-size": 64, "batch-size": 8}, steps=16, warmup=4,
-                tolerance_floor=CPU_TOLERANCE_FLOOR, timeout_s=300, benchy_steps=6),
+                timeout_s=300, benchy_steps=6),
     gpu=Flavour({"device": "cuda", "image-size": 224, "batch-size": 256, "lr-warmup-steps": 20}, steps=120,
-                warmup=20, tolerance_floor=0.02, timeout_s=1800, benchy_steps=30),
+                warmup=20, timeout_s=1800, benchy_steps=30),
     default=({}, {"loader": "synthetic"}, {"precision": "amp", "loader": "synthetic"}),
     combos=({"precision": "amp", "loader": "dali", "workers": 8, "ddp": 1},
             {"precision": "amp", "loader": "synthetic", "ddp": 1}),

@@ -8,7 +8,7 @@ as the tutorial's single-A100 runs (84-87 samples/s with 2 workers ... 496-542 w
 from matrix_axes import (BATCH, BUCKET, COMPILE, CUDA_GRAPHS, DDP, LOADER, ONCE_PER_CASE, OPTIMIZER, PRECISION, RULES,
                          SYNC_BUFFERS, WORKERS, no_workers_without_loader)
 
-from perfgate import CPU_TOLERANCE_FLOOR, Flavour, Matrix, parametrize
+from perfgate import Flavour, Matrix, parametrize
 
 MATRIX = Matrix(
     workload="unet3d",
@@ -17,9 +17,9 @@ MATRIX = Matrix(
     base={"precision": "fp32", "loader": "torch", "workers": 1, "bucket_cap_mb": 25, "sync_buffers": True,
           "ddp": None, "optimizer": "default", "compile": False, "cuda_graphs": False, "batch": 1},
     cpu=Flavour({"device": "cpu", "base-channels": 8, "batch-size": 2, "volume": 128}, steps=16, warmup=4,
-                tolerance_floor=CPU_TOLERANCE_FLOOR, timeout_s=300, benchy_steps=6),
+                timeout_s=300, benchy_steps=6),
     gpu=Flavour({"device": "cuda", "base-channels": 64, "batch-size": 64, "volume": 256}, steps=30, warmup=5,
-                tolerance_floor=0.02, timeout_s=1800, benchy_steps=10),
+                timeout_s=1800, benchy_steps=10),
     default=({}, {"loader": "dali"}),
     combos=(
         {"loader": "dali", "workers": 4, "ddp": 1},

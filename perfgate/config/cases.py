@@ -30,6 +30,8 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 CPU_TOLERANCE_FLOOR = 0.06
 """The least tolerance of a CPU flavour. A baseline's spread is measured over minutes, but a shared VM's speed drifts
 further than that within an hour, so a 3 % floor cried wolf (docs/measurements.md#why-the-rules-are-what-they-are)."""
+GPU_TOLERANCE_FLOOR = 0.02
+"""The least tolerance of a GPU flavour: a dedicated GPU's steps are steady, and a smaller floor catches less."""
 CPU_CLOCK_GATED = "cpu_seconds_per_sample"
 """The CPU clock's gated metric: CPU time per sample, which a source that reads logs cannot give."""
 DEFAULT_GATED = {
@@ -55,8 +57,9 @@ class Flavour:
     """Ranks per node; None means 2 on CPU and one per visible GPU on GPU."""
     tolerance: float | None = None
     """A fixed tolerance (fraction); None derives it from the noise measured at --update-baselines."""
-    tolerance_floor: float = 0.03
-    """The least tolerance a noise-derived one may be."""
+    tolerance_floor: float | None = None
+    """The least tolerance a noise-derived one may be; None: the kind's, CPU_TOLERANCE_FLOOR for a CPU flavour and
+    GPU_TOLERANCE_FLOOR for a GPU one."""
     cpu_tolerance: float | None = None
     """The CPU clock's fixed tolerance (its metrics': CPU time per sample or per step); None: ``tolerance`` where that
     is fixed, else derived from noise."""
@@ -85,12 +88,17 @@ class Flavour:
             return self.cpu_tolerance
         return self.tolerance
 
-    def least_tolerance(self, clock: str = "wall") -> float:
-        """The least relative change that counts on ``clock``: the fixed tolerance, else the noise floor."""
+    def least_tolerance(self, clock: str, kind: str) -> float:
+        """The least relative change that counts on ``clock`` for a flavour of ``kind`` (``cpu`` or ``gpu``): the
+        fixed tolerance, else the noise floor."""
         fixed = self.fixed_tolerance(clock)
         if fixed is not None:
             return fixed
-        return self.cpu_tolerance_floor if clock == "cpu" else self.tolerance_floor
+        if clock == "cpu":
+            return self.cpu_tolerance_floor
+        if self.tolerance_floor is not None:
+            return self.tolerance_floor
+        return CPU_TOLERANCE_FLOOR if kind == "cpu" else GPU_TOLERANCE_FLOOR
 
 
 def default_steps_args(steps: int, world_size: int, local_batch: int | None) -> dict[str, Any]:

@@ -94,7 +94,7 @@ class BaselineUpdate:
             clock = METRICS[name].clock
             tolerance = flavour.fixed_tolerance(clock)
             if tolerance is None:
-                tolerance = round(stats.noise_tolerance(runs, flavour.least_tolerance(clock)), 4)
+                tolerance = round(stats.noise_tolerance(runs, flavour.least_tolerance(clock, run.kind)), 4)
             new_metrics[name] = baselines.MetricBaseline(
                 value=float(f"{stats.median(runs):.6g}"), better=METRICS[name].better,
                 tolerance=tolerance, unit=self.gated.unit(name), runs=runs,

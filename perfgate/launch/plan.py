@@ -48,7 +48,7 @@ class Plan:
 
     def tolerance_floor(self, clock: str = "wall") -> float:
         """The least relative change that counts on ``clock``: the flavour's fixed tolerance, else its noise floor."""
-        return self.run.flavour.least_tolerance(clock)
+        return self.run.flavour.least_tolerance(clock, self.run.kind)
 
 
 def plan(run: CaseRun, settings: Settings, node_hardware: Sequence[hardware.Hardware], *, workdir: Path, root: Path,
