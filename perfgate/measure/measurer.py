@@ -173,6 +173,7 @@ class Measurer:
             if not self._failed_in_teardown(run_dir, index, failure):
                 result["verdict"] = failure.kind
                 raise CaseFailed(f"{self.label}: {failure.kind} in run {index + 1}: {failure.message}\n"
+                                 f"{plant_refused(failure.message, plan.run.case.inject_flag)}"
                                  f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}") from None
             commands = failure.commands
         finally:
@@ -301,3 +302,12 @@ class Measurer:
         """The launch command as it can be rerun from the repository root on another host."""
         return (command.replace(str(run_dir), "$WORKDIR")
                 .replace(str(self._root) + "/", "").replace(sys.executable, "python"))
+
+
+def plant_refused(message: str, flag: str | None) -> str:
+    """What to do where a workload rejected the planted slowdown's option (``--perf-inject-slowdown``); else ""."""
+    if not flag or "unrecognized arguments" not in message or flag not in message:
+        return ""
+    return (f"its workload does not take {flag}: apply the plant there (perfgate.rank.plant.SlowdownInjector), name "
+            "its own option in Case(inject_flag=...), or give it inject_flag=None, and --perf-inject-slowdown skips it "
+            "(docs/writing-cases.md)\n")
