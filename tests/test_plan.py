@@ -61,3 +61,23 @@ def test_a_reference_side_runs_its_checkout_first_on_the_path_or_this_checkout_u
                                                              *spec.env["PYTHONPATH"].split(os.pathsep)]
     other = spec.for_reference(tmp_path / "reference", checkout=tmp_path, python="/opt/py/bin/python")
     assert (other.python, other.env, other.workdir) == ("/opt/py/bin/python", spec.env, tmp_path / "reference")
+
+
+def test_nodes_beyond_this_host_fail_and_a_case_bigger_than_the_host_is_skipped(tmp_path, monkeypatch):
+    """A --nodes typo in a CI job must not skip every case quietly; a machine too small for a case is no typo."""
+    for name in ("CUDA_VISIBLE_DEVICES", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    host = [Hardware("x", 64, "NVIDIA H100 80GB HBM3", 4)]
+
+    def two_gpus_per_node(ranks, **settings):
+        case = Case("w", "c", ("w.py",), gpu=Flavour({}, ranks_per_node=ranks))
+        return plan(CaseRun(case, "gpu"), Settings(baseline_dir=tmp_path, **settings), host, workdir=tmp_path,
+                    root=tmp_path, test_id="t")
+
+    assert two_gpus_per_node(2, nodes=2).spec.devices_per_node == ["0,1", "2,3"]
+    with pytest.raises(CaseFailed, match=r"--nodes 3 x the case's 2 GPU ranks per node needs 6 GPUs .*at most 2\)"):
+        two_gpus_per_node(2, nodes=3)
+    with pytest.raises(CaseSkipped, match="runs 8 GPU ranks per node, and this host has 4 GPU"):
+        two_gpus_per_node(8)
+    with pytest.raises(CaseFailed, match=r"--nodes 5 x 1 CPU ranks per node needs 5 cores .*at most 4\)"):
+        planned(tmp_path, "cpu", [Hardware("x", 4)], nodes=5)

@@ -123,9 +123,13 @@ def ranks_per_node(run: CaseRun, settings: Settings, hw: hardware.Hardware) -> t
                               f"{worker} got none (cases never share a GPU); run fewer workers (-n)")
     wanted = run.flavour.ranks_per_node
     per_node = settings.gpus_per_node or wanted or len(ids) // here
+    if wanted and settings.gpus_per_node is None and wanted > len(ids):
+        raise CaseSkipped(f"{run.key}: the case runs {wanted} GPU ranks per node, and this host has {len(ids)} "
+                          "GPU(s) visible")
     if wanted and settings.gpus_per_node is None and wanted * here > len(ids):
-        raise CaseSkipped(f"{run.key}: the case runs {wanted} GPU ranks per node x {here} node(s) on this host, "
-                          f"{len(ids)} GPU(s) visible")
+        raise CaseFailed(f"{run.key}: --nodes {nodes} x the case's {wanted} GPU ranks per node needs {wanted * here} "
+                         f"GPUs on this host for the local launcher, but {len(ids)} are visible; lower --nodes (at "
+                         f"most {len(ids) // wanted})")
     if per_node < 1 or per_node * here > len(ids):
         raise CaseFailed(
             f"{run.key}: {here} node(s) x {max(per_node, 1)} GPUs per node needs {here * max(per_node, 1)} GPUs on "
