@@ -1,4 +1,5 @@
-"""The pytest plugin: options and markers, the hooks, the ``perfgate`` fixture and the terminal summary.
+"""The pytest plugin: options and markers, the session's hooks, the ``perfgate`` fixture (its object is
+fixture.PerfGate) and the terminal summary.
 
 It only wires the stages to pytest; a case flows settings + case -> plan (plan.py) -> launches
 (measure.py, through a NodeLauncher) -> step records -> metrics -> verdict (gate.py, against a
@@ -10,33 +11,25 @@ gets each case's verdict and gated metrics as perfgate.* properties.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import importlib
 import os
-import shlex
 import signal
 import threading
-import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from perfgate.config.cases import CaseRun
 from perfgate.config.settings import Settings, add_options, resolve
+from perfgate.fixture import PROPERTY, PerfGate
 from perfgate.judge import known, revision
-from perfgate.judge.ab import ABGate, RevisionReference, runs_duet
-from perfgate.judge.gate import Gate, SessionSpreadWarning, StoredBaseline
-from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch import hardware
 from perfgate.launch.diagnose import LaunchFailed
-from perfgate.launch.plan import Plan, import_env, node_launcher, plan
+from perfgate.launch.plan import import_env
 from perfgate.launch.spec import NodeLauncher
 from perfgate.measure import gpu_monitor
-from perfgate.measure.measurer import Measurer
-from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.report import tables, terminal
+from perfgate.outcome import CaseFailed
+from perfgate.report import terminal
 from perfgate.report.benchmark_json import BenchmarkJson
 from perfgate.report.directory import ReportDirectory
 from perfgate.report.results_file import ResultsFile
@@ -48,9 +41,6 @@ MARKERS = {
     "slow": "takes many minutes even on its target hardware",
     "full_matrix": "a matrix case outside the representative default subset; runs with --full-matrix",
 }
-PROPERTY = "perfgate"
-SAYING = threading.Lock()
-"""Held while a progress line is written: the launches of a duet pair report from two threads."""
 CREATE_BASELINES_ENV = "PERFGATE_BASELINES_COMMAND"
 """Names the command that creates missing baselines in the summary (the Makefile sets `make baselines`)."""
 
@@ -217,127 +207,6 @@ def _stop_cleanly_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _sigterm)
 
 
-class PerfGate:
-    """What the ``perfgate`` fixture returns: plans, measures and gates one case flavour per ``check``."""
-
-    def __init__(self, request: pytest.FixtureRequest, workdir: Path) -> None:
-        self.request = request
-        self.config = request.config
-        self.state = self.config.stash[STATE]
-        self.workdir = workdir
-
-    def check(self, run: CaseRun) -> dict[str, Any]:
-        """Launches ``run`` (repeatedly), measures it and judges it against its baseline; returns the result."""
-        state, settings = self.state, self.state.settings
-        launcher = node_launcher(settings)
-        with _as_pytest_outcome(None):
-            planned = plan(run, settings, state.node_hardware(launcher), workdir=self.workdir, root=state.root,
-                           test_id=self.request.node.nodeid)
-            reference = state.reference.revision() if state.reference else None
-            if reference is not None and revision.entry_in(reference, run, state.root) is None:
-                raise CaseSkipped(f"{run.key}: a new case: {settings.against} has no {run.case.entry[-1]}, so there "
-                                  "is nothing to compare it against")
-        result: dict[str, Any] = {
-            "case": run.key, "test": self.request.node.nodeid, "hardware_class": planned.hardware_class,
-            "world_size": planned.world_size, "family": run.case.family, "workload_version": run.case.version,
-            "workdir": str(self.workdir),
-            "baseline_file": str(planned.baseline_file), "injected_slowdown": settings.inject_slowdown,
-            "verdict": "error", "metrics": [],
-        }
-        self.request.node.user_properties.append((PROPERTY, result))
-        measurer = Measurer(planned, result, launcher=launcher, root=state.root,
-                            inject_slowdown=settings.inject_slowdown, nvml=state.nvml, say=self._say,
-                            tty=self._is_tty(planned))
-        if reference is None:
-            gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
-                        pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
-                        spreads=lambda machine: self._session_spreads(planned, machine))
-        else:
-            result["candidate_commit"] = state.reference.commits[1]
-            if state.reference.environment is not None:
-                result["environment"] = state.reference.environment
-            gate = ABGate(planned, settings, measurer, RevisionReference(reference, self._reference_measurer(
-                planned, reference, launcher), planned, settings.ab_tolerance), root=state.root, nvml=state.nvml)
-        try:
-            with _as_pytest_outcome(result):
-                try:
-                    return gate.check()
-                finally:
-                    result["known"] = known.comparisons(result, settings.baseline_dir, state.published)
-        finally:
-            measurer.finish(settings.min_gpu_util)
-            self.request.node.user_properties.extend(terminal.junit_properties(result))
-
-    def _session_spreads(self, planned: Plan, machine: float | None) -> dict[str, SessionSpread]:
-        """How far the case moved between the sessions the results history holds (--perf-history) on a machine like
-        this session's (its probe, ``machine``), for the stored baseline's verdict; a history that cannot be read is
-        a warning, and the stored tolerance alone judges."""
-        settings, run = self.state.settings, planned.run
-        if not settings.history_url or settings.update_baselines or settings.calibrate:
-            return {}  # calibrated values are not what the history holds
-        from perfgate.trend.database import DatabaseError
-        from perfgate.trend.spreads import learn
-
-        try:
-            return learn(settings.history_url, run.key, planned.hardware_class, run.case.version, run.gated,
-                         settings.history_branch, machine)
-        except (DatabaseError, OSError, ImportError) as exc:
-            warnings.warn(SessionSpreadWarning(f"{run.key}: the spread between sessions was not read ({exc}); the "
-                                               "stored tolerance alone judges"))
-            return {}
-
-    def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
-        """Measures the reference side of a case, with no plant: a revision's checkout (its workloads and perfgate
-        first on PYTHONPATH), or this checkout under the reference interpreter."""
-        spec = planned.spec.for_reference(self.workdir / "reference", checkout=reference.root, python=reference.python)
-        return Measurer(dataclasses.replace(planned, spec=spec), {"case": planned.run.key}, launcher=launcher,
-                        root=reference.root, nvml=self.state.nvml, say=self._say, tty=self._is_tty(planned),
-                        label=f"{planned.run.key} @ {reference.name}")
-
-    def _terminal(self) -> Any:
-        return self.config.pluginmanager.get_plugin("terminalreporter")
-
-    def _is_tty(self, planned: Plan) -> bool:
-        """Whether progress may rewrite its line: on a terminal, unless a duet pair's two launches share it."""
-        terminal = self._terminal()
-        settings = self.state.settings
-        duet = bool(settings.against or settings.against_python) and runs_duet(settings, planned.run.kind)
-        return bool(terminal is not None and terminal.isatty()) and not duet
-
-    def _say(self, line: str, overwrite: bool) -> None:
-        """Writes past pytest's output capture, so progress shows while a case runs."""
-        terminal = self._terminal()
-        capture = self.config.pluginmanager.get_plugin("capturemanager")
-        if terminal is None or capture is None:
-            return
-        with SAYING, capture.global_and_fixture_disabled():
-            if overwrite:
-                terminal.rewrite(line)
-            else:
-                terminal.ensure_newline()
-                terminal.write_line(line)
-
-
-@contextlib.contextmanager
-def _as_pytest_outcome(result: dict[str, Any] | None) -> Iterator[None]:
-    """Turns a stage's CaseSkipped and CaseFailed into pytest's skip and fail, keeping the message in ``result``.
-    They are raised after the except clause, so pytest does not print the stage's exception as their context."""
-    try:
-        yield
-        return
-    except CaseSkipped as skipped:
-        skip, fail = str(skipped), None
-    except CaseFailed as failed:
-        skip, fail = None, str(failed)
-    if fail is None:
-        if result is not None and result.get("known"):
-            skip += "\n" + "\n".join([f"{tables.KNOWN_HEADING}:", *known.describe(result["known"])])
-        pytest.skip(skip)
-    if result is not None:
-        result["message"] = fail
-    pytest.fail(fail, pytrace=False)
-
-
 @pytest.fixture
 def perfgate(request: pytest.FixtureRequest, tmp_path: Path) -> PerfGate:
     """Runs perf cases: ``perfgate.check(case)`` launches, measures and gates one case flavour.
@@ -345,4 +214,4 @@ def perfgate(request: pytest.FixtureRequest, tmp_path: Path) -> PerfGate:
     Each case runs in its own directory under pytest's tmp path (kept for the last runs), holding
     the agent and per-rank logs, the step records and ``result.json``.
     """
-    return PerfGate(request, tmp_path)
+    return PerfGate(request, tmp_path, request.config.stash[STATE])

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-import perfgate.plugin
+import perfgate.fixture
 from perfgate.launch.agents import agent_command
 from perfgate.launch.local import LocalLauncher
 from perfgate.launch.spec import LaunchResult, LaunchSpec, Poll
@@ -68,4 +68,4 @@ def pytest_configure(config) -> None:
     source = os.environ.get(SOURCE_ENV)
     if source:
         launcher = ReplayLauncher(Path(source), float(os.environ.get(SCALE_ENV, "1")))
-        perfgate.plugin.node_launcher = lambda settings: launcher
+        perfgate.fixture.node_launcher = lambda settings: launcher
