@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import shlex
 import threading
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
@@ -17,7 +16,7 @@ from perfgate.config.cases import CaseRun
 from perfgate.config.settings import Settings
 from perfgate.judge import known, revision
 from perfgate.judge.ab import ABGate, RevisionReference, runs_duet
-from perfgate.judge.gate import Gate, SessionSpreadWarning, StoredBaseline
+from perfgate.judge.gate import Gate, StoredBaseline
 from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch import hardware
 from perfgate.launch.plan import Plan, node_launcher, plan
@@ -77,7 +76,7 @@ class PerfGate:
         if reference is None:
             gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
                         pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
-                        spreads=lambda machine: self._session_spreads(planned, machine))
+                        spreads=self._session_history(planned))
         else:
             result["candidate_commit"] = state.reference.commits[1]
             if state.reference.environment is not None:
@@ -94,23 +93,17 @@ class PerfGate:
             measurer.finish(settings.min_gpu_util)
             self.request.node.user_properties.extend(terminal.junit_properties(result))
 
-    def _session_spreads(self, planned: Plan, machine: float | None) -> dict[str, SessionSpread]:
-        """How far the case moved between the sessions the results history holds (--perf-history) on a machine like
-        this session's (its probe, ``machine``), for the stored baseline's verdict; a history that cannot be read is
-        a warning, and the stored tolerance alone judges."""
+    def _session_history(self, planned: Plan) -> Callable[[float | None], dict[str, SessionSpread]] | None:
+        """What the results history (--perf-history) tells the stored baseline's verdict; none when there is none,
+        and under --update-baselines or --perf-calibrate (calibrated values are not what the history holds). Its
+        libraries were found at configure."""
         settings, run = self.state.settings, planned.run
         if not settings.history_url or settings.update_baselines or settings.calibrate:
-            return {}  # calibrated values are not what the history holds
-        from perfgate.trend.database import DatabaseError
-        from perfgate.trend.spreads import learn
+            return None
+        from perfgate.trend.spreads import SessionHistory
 
-        try:
-            return learn(settings.history_url, run.key, planned.hardware_class, run.case.version, run.gated,
-                         settings.history_branch, machine)
-        except (DatabaseError, OSError, ImportError) as exc:
-            warnings.warn(SessionSpreadWarning(f"{run.key}: the spread between sessions was not read ({exc}); the "
-                                               "stored tolerance alone judges"))
-            return {}
+        return SessionHistory(settings.history_url, settings.history_branch, run.key, planned.hardware_class,
+                              run.case.version, run.gated)
 
     def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
         """Measures the reference side of a case, with no plant: a revision's checkout (its workloads and perfgate

@@ -335,6 +335,18 @@ def test_the_spread_counts_a_metric_where_it_passed_in_sessions_on_a_machine_lik
     assert learned(None)[1] == 10
 
 
+def test_a_history_that_cannot_be_read_is_a_warning_and_the_stored_tolerance_alone_judges(tmp_path):
+    from perfgate.judge.gate import SessionSpreadWarning
+    from perfgate.trend.spreads import SessionHistory
+
+    broken = tmp_path / "history.db"
+    broken.write_text("not a database")
+    history = SessionHistory(str(broken), None, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])
+    with pytest.warns(SessionSpreadWarning, match="c-cpu: the spread between sessions was not read .*the stored "
+                                                  "tolerance alone judges"):
+        assert history(100.0) == {}
+
+
 def test_the_spread_between_sessions_is_learned_from_one_branch_when_asked(tmp_path):
     """A feature branch's sessions carry its own changes, passed within tolerance: --perf-history-branch main leaves
     them out, and says so where the spread is shown."""

@@ -10,12 +10,14 @@ nothing of how far a loaded one strays, nor the other way round.
 
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
+from perfgate.judge.gate import SessionSpreadWarning
 from perfgate.judge.session_spread import SessionSpread
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.trend.analysis import series
-from perfgate.trend.database import NoDatabase, Point, ResultsDatabase
+from perfgate.trend.database import DatabaseError, NoDatabase, Point, ResultsDatabase
 
 PLANT = "planted_fraction"
 """The metric that a result measured with a planted slowdown has."""
@@ -25,6 +27,25 @@ unresolved session after session, must not become the sessions' median and pass.
 LIKE_MACHINE = 0.25
 """How far a session's probe may read from this one's for its values to count: wide enough for the sessions of one
 condition, narrow enough to keep a quiet hour's apart from a loaded one's (docs/measurements.md)."""
+
+
+class SessionHistory:
+    """What the gate asks the results history of a case: given its runs' probe, each gated metric's spread between
+    the sessions like it. A history that cannot be read is a warning, and the stored tolerance alone judges."""
+
+    def __init__(self, url: str, branch: str | None, case: str, hardware_class: str, workload_version: str,
+                 metrics: Sequence[str]) -> None:
+        self.url, self.branch, self.case = url, branch, case
+        self.hardware_class, self.workload_version, self.metrics = hardware_class, workload_version, metrics
+
+    def __call__(self, machine: float | None) -> dict[str, SessionSpread]:
+        try:
+            return learn(self.url, self.case, self.hardware_class, self.workload_version, self.metrics, self.branch,
+                         machine)
+        except (DatabaseError, OSError) as exc:
+            warnings.warn(SessionSpreadWarning(f"{self.case}: the spread between sessions was not read ({exc}); "
+                                               "the stored tolerance alone judges"))
+            return {}
 
 
 def learn(url: str, case: str, hardware_class: str, workload_version: str, metrics: Sequence[str],
