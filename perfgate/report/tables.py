@@ -314,7 +314,6 @@ def sections(results: Sequence[dict[str, Any]], settings: Settings) -> list[Tabl
         Table("gpus", "GPUs during the measured windows (NVML)", GPU_HEADER, gpu_rows(results, settings.min_gpu_util)),
         Table("scaling", "scaling over DDP size (efficiency = speedup / ranks)", SCALING_HEADER, scaling_rows(results)),
         Table("known", KNOWN_HEADING, KNOWN_HEADER, known_rows(results)),
-        Table("history", "where each result stands in its results history (--perf-history)", HISTORY_HEADER,
-              history_rows(results)),
+        Table("history", "where each result stands in its history", HISTORY_HEADER, history_rows(results)),
         Table("time", TIME_HEADING, TIME_HEADER, time_rows(results)),
     ]
