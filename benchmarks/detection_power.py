@@ -95,13 +95,14 @@ PROBES = ("probe_matmul_gflops", "probe_copy_gbps")
 
 def judged(basetemp: Path) -> dict:
     """The case's verdict, the gate's per-metric rows (change, interval, p-value, runs, reason), its plant check
-    (per metric, the change the plant should have made and the one measured) and each run's probe, from the trial's
-    result.json: on a noisy runner, whether a missed plant took cannot be told afterwards without them."""
+    (per metric, the change the plant should have made and the one measured), its session-spread rows (with the
+    smallest slowdown it said it catches) and each run's probe, from the trial's result.json: on a noisy runner,
+    whether a missed plant took cannot be told afterwards without them."""
     found = sorted(basetemp.glob("*/result.json"))
     result = json.loads(found[0].read_text()) if found else {}
     probes = [{name: run["metrics"].get(name) for name in PROBES} for run in result.get("per_run", [])]
     return {"verdict": result.get("verdict"), "metrics": result.get("metrics", []), "plant": result.get("plant", []),
-            "probes": probes}
+            "session_spread": result.get("session_spread", []), "probes": probes}
 
 
 def size_and_trials(text: str) -> tuple[float, int | None]:
@@ -127,6 +128,29 @@ def summarize(trials: list[dict], sizes: list[float]) -> list[str]:
             f"| {label} | {len(mine)} | {failed} | {failed / len(mine):.0%} | {unresolved} | "
             f"{statistics.median(times):.0f} s | {max(times):.0f} s |"
         )
+    return lines
+
+
+def promised(trial: dict) -> float | None:
+    """The smallest slowdown the gate said this session could catch (its best metric's), where a spread judged it."""
+    figures = [row["catchable"] for row in trial.get("session_spread", [])]
+    return min(figures) if figures else None
+
+
+def promises_kept(trials: list[dict], sizes: list[float]) -> list[str]:
+    """Per planted size, the trials whose plant was at least what the gate said it catches, and how many of those
+    failed; and the trials below that figure, where the gate promised nothing."""
+    lines = ["| planted slowdown | gate's figure (median) | at or above it | caught | below it | caught |",
+             "|---|---|---|---|---|---|"]
+    for size in sizes:
+        mine = [(t, promised(t)) for t in trials if t["slowdown"] == size and promised(t) is not None]
+        if size == 0 or not mine:
+            continue
+        above = [t for t, figure in mine if size >= figure]
+        below = [t for t, figure in mine if size < figure]
+        median = statistics.median(figure for _, figure in mine)
+        lines.append(f"| {size:.0%} | {median:.1%} | {len(above)} | {sum(t['failed'] for t in above)} | "
+                     f"{len(below)} | {sum(t['failed'] for t in below)} |")
     return lines
 
 
@@ -339,6 +363,7 @@ def main() -> int:
             print(f"[{index}/{len(order)}] slowdown {size:.0%}: {verdict} in {seconds:.0f} s", flush=True)
 
     print("\n".join(summarize(trials, list(counts))))
+    print("\n".join(promises_kept(trials, list(counts))))
     caught = [s for s, count in counts.items() if s > 0 and
               sum(t["failed"] for t in trials if t["slowdown"] == s) >= 0.9 * count]
     print(f"smallest slowdown caught in >= 90 % of trials: {min(caught):.0%}" if caught else

@@ -6,6 +6,7 @@ session, so each call has a timeout; a failure, a timeout and a missing git are 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -48,3 +49,15 @@ def check_comparable(root: Path, who: str, why_committed: str) -> None:
                        "actions/checkout with fetch-depth: 0)")
     if has_changes(root):
         raise GitError(f"the working tree has uncommitted changes: commit or stash them ({why_committed})")
+
+
+def branch(root: Path) -> str | None:
+    """The CI system's branch name where it says one, else the checkout's."""
+    for name in ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BRANCH_NAME"):
+        if os.environ.get(name):
+            return os.environ[name]
+    try:
+        name = git(root, "rev-parse", "--abbrev-ref", "HEAD", timeout=10)
+    except GitError:
+        return None
+    return name if name != "HEAD" else None

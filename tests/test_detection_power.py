@@ -4,6 +4,10 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
+pytest.importorskip("otava.analysis", reason="benchmarks/detection_power.py reads spreads from a results history: "
+                    "perfgate[trend], which .venv-floor does not have")
 SPEC = importlib.util.spec_from_file_location("detection_power",
                                               Path(__file__).parent.parent / "benchmarks" / "detection_power.py")
 detection_power = importlib.util.module_from_spec(SPEC)
@@ -25,12 +29,13 @@ def test_a_trials_verdict_and_each_runs_probe_are_read_from_its_result(tmp_path)
     (tmp_path / "case").mkdir()
     (tmp_path / "case" / "result.json").write_text(
         '{"verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": false}], '
-        '"per_run": [{"metrics": {"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0}}, {"metrics": {}}]}')
+        '"session_spread": [{"metric": "m", "catchable": 0.12}], "per_run": [{"metrics": {"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0}}, {"metrics": {}}]}')
     assert detection_power.judged(tmp_path) == {
         "verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": False}],
-        "probes": [{"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0},
+        "session_spread": [{"metric": "m", "catchable": 0.12}], "probes": [{"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0},
                    {"probe_matmul_gflops": None, "probe_copy_gbps": None}]}
-    assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": [], "plant": [], "probes": []}
+    assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": [], "plant": [],
+                                                         "session_spread": [], "probes": []}
 
 
 def row(metric, unit, tolerance, reference, candidate):
@@ -86,3 +91,13 @@ def test_the_machine_rules_leave_a_wall_fail_of_a_slowed_machine_unresolved_and_
     assert decided[:5] == [(False, True)] * 5, "the loaded wall clock is the machine's, and the CPU clock held"
     assert decided[5] == (True, False), "a plant within the tolerance, but worse than the loaded sessions beyond theirs"
     assert decided[6] == (False, False), "a quiet session is judged by none of the loaded ones"
+
+
+def test_each_plant_is_counted_against_the_smallest_slowdown_the_gate_said_that_session_catches():
+    def trial(size, failed, *catchable):
+        return {"slowdown": size, "failed": failed, "seconds": 60.0,
+                "session_spread": [{"metric": f"m{i}", "catchable": c} for i, c in enumerate(catchable)]}
+    trials = [trial(0.10, True, 0.30, 0.08), trial(0.10, False, 0.12, 0.20), trial(0.10, True, 0.15),
+              trial(0.0, False, 0.05), {"slowdown": 0.10, "failed": False, "seconds": 60.0}]
+    lines = detection_power.promises_kept(trials, [0.0, 0.10])
+    assert lines[2:] == ["| 10% | 12.0% | 1 | 1 | 2 | 1 |"]

@@ -7,9 +7,8 @@ import subprocess
 
 import pytest
 
-from perfgate.git import GitError, git, has_changes
+from perfgate.git import GitError, branch, git, has_changes
 from perfgate.launch.hardware import git_commit
-from perfgate.trend.recorder import branch
 
 
 @pytest.fixture

@@ -6,12 +6,11 @@ session, never the verdicts: the problem is a warning, and the gate's outcome st
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from perfgate.git import GitError, git
+from perfgate.git import branch
 from perfgate.launch import environment
 from perfgate.launch.hardware import git_commit
 from perfgate.report.tables import HISTORY_HEADER, history_rows
@@ -21,18 +20,6 @@ from perfgate.trend.database import Context, DatabaseError, ResultsDatabase
 
 if TYPE_CHECKING:
     from perfgate.config.settings import Settings
-
-
-def branch(root: Path) -> str | None:
-    """The CI system's branch name where it says one, else the checkout's."""
-    for name in ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BRANCH_NAME"):
-        if os.environ.get(name):
-            return os.environ[name]
-    try:
-        name = git(root, "rev-parse", "--abbrev-ref", "HEAD", timeout=10)
-    except GitError:
-        return None
-    return name if name != "HEAD" else None
 
 
 def standing(one: Series) -> dict[str, Any]:
