@@ -8,7 +8,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE / "_ext")]
 
 project = "perfgate"
 author = "the perfgate developers"
-extensions = ["myst_parser", "perfgate_options"]
+extensions = ["myst_parser", "perfgate_options", "perfgate_schema"]
 myst_heading_anchors = 3
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]

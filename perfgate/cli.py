@@ -16,6 +16,10 @@ prints the steps found and the window's throughput.
 prints each case's baseline values across the git history of the baseline directory, and draws them (the
 command was called ``perfgate history``, which still works: the results history is --perf-history's database).
 
+    perfgate result-schema
+
+prints the JSON Schema of the result record that result.json, --perf-results and the results database hold.
+
     perfgate trend [CASE ...] [--history URL] [--fail-on-regression] [--png PATH]
 
 finds the change points in each case's results kept by --perf-history (perfgate.trend).
@@ -42,6 +46,7 @@ from perfgate.records.sources import LogLines
 from perfgate.records.steps import RunRecords
 from perfgate.report import baseline_log
 from perfgate.report.terminal import table
+from perfgate.result import json_schema
 
 LOG_FORMATS = ("open_clip", "lines")
 
@@ -128,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     past.add_argument("cases", nargs="*", metavar="CASE", help="case ids or globs, e.g. 'resnet50-*-gpu' (default: all)")
     past.add_argument("--baseline-dir", type=Path, default=Path("baselines"), help="default: ./baselines")
     past.add_argument("--png", type=Path, help="also draw the values against commit date into this PNG")
+    commands.add_parser("result-schema", help="print the JSON Schema of the result record (result.json and others)",
+                        description="Print the JSON Schema that every case's result.json, --perf-results and the "
+                        "results database's record column follow (docs/result-record.md).")
     commands.add_parser("trend", add_help=False, help="change points in the results kept by --perf-history; "
                         "perfgate trend --help")
     commands.add_parser("bisect", add_help=False, help="find the commit that made a case slower (A/B verdicts); "
@@ -149,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         return command.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "result-schema":
+            print(json.dumps(json_schema(), indent=2))
+            return 0
         if args.command in ("baseline-log", "history"):
             return show_baseline_log(args.cases, args.baseline_dir, args.png)
         if args.format == "lines":

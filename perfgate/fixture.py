@@ -24,6 +24,7 @@ from perfgate.launch.spec import NodeLauncher
 from perfgate.measure.measurer import Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.report import tables, terminal
+from perfgate.result import Result
 
 PROPERTY = "perfgate"
 """The name under which each case's result travels in its report's user_properties."""
@@ -51,7 +52,7 @@ class PerfGate:
         self.state = state
         self.workdir = workdir
 
-    def check(self, run: CaseRun) -> dict[str, Any]:
+    def check(self, run: CaseRun) -> Result:
         """Launches ``run`` (repeatedly), measures it and judges it against its baseline; returns the result."""
         state, settings = self.state, self.state.settings
         launcher = node_launcher(settings)
@@ -62,13 +63,10 @@ class PerfGate:
             if reference is not None and revision.entry_in(reference, run, state.root) is None:
                 raise CaseSkipped(f"{run.key}: a new case: {settings.against} has no {run.case.entry[-1]}, so there "
                                   "is nothing to compare it against")
-        result: dict[str, Any] = {
-            "case": run.key, "test": self.request.node.nodeid, "hardware_class": planned.hardware_class,
-            "world_size": planned.world_size, "family": run.case.family, "workload_version": run.case.version,
-            "workdir": str(self.workdir),
-            "baseline_file": str(planned.baseline_file), "injected_slowdown": settings.inject_slowdown,
-            "verdict": "error", "metrics": [],
-        }
+        result = Result(case=run.key, test=self.request.node.nodeid, hardware_class=planned.hardware_class,
+                        world_size=planned.world_size, family=run.case.family, workload_version=run.case.version,
+                        workdir=str(self.workdir), baseline_file=str(planned.baseline_file),
+                        injected_slowdown=settings.inject_slowdown)
         self.request.node.user_properties.append((PROPERTY, result))
         measurer = Measurer(planned, result, launcher=launcher, root=state.root,
                             inject_slowdown=settings.inject_slowdown, nvml=state.nvml, say=self._say,
@@ -78,9 +76,9 @@ class PerfGate:
                         pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
                         spreads=self._session_history(planned))
         else:
-            result["candidate_commit"] = state.reference.commits[1]
+            result.candidate_commit = state.reference.commits[1]
             if state.reference.environment is not None:
-                result["environment"] = state.reference.environment
+                result.environment = state.reference.environment
             gate = ABGate(planned, settings, measurer, RevisionReference(reference, self._reference_measurer(
                 planned, reference, launcher), planned, settings.ab_tolerance), root=state.root, nvml=state.nvml)
         try:
@@ -88,7 +86,7 @@ class PerfGate:
                 try:
                     return gate.check()
                 finally:
-                    result["known"] = known.comparisons(result, settings.baseline_dir, state.published)
+                    result.known = known.comparisons(result, settings.baseline_dir, state.published)
         finally:
             measurer.finish(settings.min_gpu_util)
             self.request.node.user_properties.extend(terminal.junit_properties(result))
@@ -109,7 +107,9 @@ class PerfGate:
         """Measures the reference side of a case, with no plant: a revision's checkout (its workloads and perfgate
         first on PYTHONPATH), or this checkout under the reference interpreter."""
         spec = planned.spec.for_reference(self.workdir / "reference", checkout=reference.root, python=reference.python)
-        return Measurer(dataclasses.replace(planned, spec=spec), {"case": planned.run.key}, launcher=launcher,
+        side = Result(case=planned.run.key, test=self.request.node.nodeid, hardware_class=planned.hardware_class,
+                      world_size=planned.world_size, workload_version=planned.run.case.version)
+        return Measurer(dataclasses.replace(planned, spec=spec), side, launcher=launcher,
                         root=reference.root, nvml=self.state.nvml, say=self._say, tty=self._is_tty(planned),
                         label=f"{planned.run.key} @ {reference.name}")
 
@@ -138,8 +138,9 @@ class PerfGate:
 
 
 @contextlib.contextmanager
-def _as_pytest_outcome(result: dict[str, Any] | None) -> Iterator[None]:
-    """Turns a stage's CaseSkipped and CaseFailed into pytest's skip and fail, keeping the message in ``result``.
+def _as_pytest_outcome(result: Result | None) -> Iterator[None]:
+    """Turns a stage's CaseSkipped and CaseFailed into pytest's skip and fail, keeping the message (and a failed
+    run's verdict) in ``result``.
     They are raised after the except clause, so pytest does not print the stage's exception as their context."""
     try:
         yield
@@ -147,11 +148,11 @@ def _as_pytest_outcome(result: dict[str, Any] | None) -> Iterator[None]:
     except CaseSkipped as skipped:
         skip, fail = str(skipped), None
     except CaseFailed as failed:
-        skip, fail = None, str(failed)
+        skip, fail, verdict = None, str(failed), failed.verdict
     if fail is None:
-        if result is not None and result.get("known"):
-            skip += "\n" + "\n".join([f"{tables.KNOWN_HEADING}:", *known.describe(result["known"])])
+        if result is not None and result.known:
+            skip += "\n" + "\n".join([f"{tables.KNOWN_HEADING}:", *known.describe(result.known)])
         pytest.skip(skip)
     if result is not None:
-        result["message"] = fail
+        result.conclude(verdict or result.verdict, fail)
     pytest.fail(fail, pytrace=False)

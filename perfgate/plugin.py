@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -33,6 +33,7 @@ from perfgate.report import terminal
 from perfgate.report.benchmark_json import BenchmarkJson
 from perfgate.report.directory import ReportDirectory
 from perfgate.report.results_file import ResultsFile
+from perfgate.result import Result
 
 MARKERS = {
     "gpu": "GPU flavour of a case: nccl, one rank per GPU; skipped where no CUDA GPU is visible",
@@ -87,12 +88,21 @@ class SessionState:
                 items[:] = [item for item in items if not item.get_closest_marker(mark)]
                 self.left_out[mark] = len(left_out)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+        """A report carries each case's record as plain JSON, which pytest-xdist sends from worker to controller."""
+        report = yield
+        report.user_properties = [(name, value.to_json() if isinstance(value, Result) else value)
+                                  for name, value in report.user_properties]
+        return report
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collects each case's result. The whole record travels to the controller in user_properties; once
         there, it is taken out, so JUnit XML gets the flat perfgate.* properties (terminal.junit_properties)."""
         if report.when == "call":
-            self.results.extend(value for name, value in report.user_properties if name == PROPERTY)
+            self.results.extend(Result.from_json(value, f"{report.nodeid}'s result")
+                                for name, value in report.user_properties if name == PROPERTY)
         if not self.worker:
             report.user_properties = [(name, value) for name, value in report.user_properties if name != PROPERTY]
 
@@ -128,7 +138,7 @@ class SessionState:
     def _hardware_info(self) -> dict[str, Any]:
         """The session's hardware class(es) and nodes, for the JSON's machine_info."""
         nodes = self._nodes if isinstance(self._nodes, list) else []
-        return {"perfgate_hardware_classes": sorted({r["hardware_class"] for r in self.results}),
+        return {"perfgate_hardware_classes": sorted({r.hardware_class for r in self.results}),
                 "perfgate_nodes": [node.to_json() for node in nodes]}
 
 

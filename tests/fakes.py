@@ -6,6 +6,7 @@ from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchSpec
 from perfgate.measure.measurer import Measurement
+from perfgate.result import Result
 
 METRIC = "samples_per_second"
 DETECTED = "cpu-test-2c-n1"
@@ -18,12 +19,18 @@ def make_plan(tmp_path, version="1", tolerance=None, gated=(METRIC,)):
                 "k", DETECTED, 2, 10, 2, tmp_path / "b" / "k" / "w-c-cpu.json", "suite.py::test[c-cpu]")
 
 
+def record(case="w-c-cpu", **fields):
+    """A case's result record with the fields a test sets, and placeholders for the identity it does not care about."""
+    identity = {"test": f"suite.py::test[{case}]", "hardware_class": "k", "world_size": 2, "workload_version": "1"}
+    return Result.from_json({**identity, "case": case, **fields})
+
+
 class FakeMeasurer:
     """Stands in for measure.Measurer: each launch appends the next of ``values`` as one run."""
 
     def __init__(self, plan, values, probe=None, log=None, name=""):
         self.plan = plan
-        self.result = {"case": plan.run.key}
+        self.result = record(plan.run.key)
         self._log, self._name = log if log is not None else [], name
         self.measurement = Measurement(command="python -m torch.distributed.run w.py")
         self._values = list(values)

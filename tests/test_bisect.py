@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fakes import record
 from bisect_runs import comparisons, scratch_env, verdicts
 from sleeper_repo import SLEEPER, SUITE, git, init, worktrees
 
@@ -182,16 +183,16 @@ class FakeSessions:
         if callable(answer):
             answer = answer(list(extra))
         if isinstance(answer, str):
-            record = {"test": "t::case", "case": "case", "verdict": answer, "metrics": [], "message": answer}
+            result = record("case", test="t::case", verdict=answer, message=answer)
         else:
             change, half = answer
             worse = -change > 0.02 and -change - half > 0
-            record = {"test": "t::case", "case": "case", "verdict": "FAIL" if worse else "pass",
-                      "reference": {"per_run": [{}, {}]},
-                      "metrics": [{"metric": "fastest_step_samples_per_second", "change": change,
-                                   "ci": [change - half, change + half], "verdict": "FAIL" if worse else "pass",
-                                   "reason": "not significant yet" if -change > 0.02 and not worse else "x"}]}
-        return Outcome({"t::case": record}, 0, 1.0, Path("log"))
+            result = record("case", test="t::case", verdict="FAIL" if worse else "pass",
+                            reference={"per_run": [{}, {}]},
+                            metrics=[{"metric": "fastest_step_samples_per_second", "change": change,
+                                      "ci": [change - half, change + half], "verdict": "FAIL" if worse else "pass",
+                                      "reason": "not significant yet" if -change > 0.02 and not worse else "x"}])
+        return Outcome({"t::case": result}, 0, 1.0, Path("log"))
 
 
 class FakeTrees:

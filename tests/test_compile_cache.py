@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from fakes import make_plan
+from fakes import make_plan, record
 from replay_launcher import ReplayLauncher
 
 from conftest import REPO
@@ -79,7 +79,7 @@ def test_a_launch_whose_graphs_inductor_could_not_cache_is_named_in_a_warning(tm
                {"kind": "end", "t": 6.0, "peak_memory_bytes": 1,
                 "compile_cache": {"hits": 0, "misses": 1, "bypasses": 2, "dir": "/c/inductor"}}]
     (source / "steps.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
-    measurer = Measurer(make_plan(tmp_path), {"case": "w-c-cpu"}, launcher=ReplayLauncher(source, 1.0), root=tmp_path)
+    measurer = Measurer(make_plan(tmp_path), record("w-c-cpu"), launcher=ReplayLauncher(source, 1.0), root=tmp_path)
     with pytest.warns(CompileCacheBypassWarning, match=r"w-c-cpu run 1: torch.compile could not cache 2 graph\(s\) "
                                                        r"in /c/inductor .* TORCH_LOGS=\+inductor"):
         measurer.launch_once(1)

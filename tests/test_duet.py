@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fakes import make_plan
+from fakes import make_plan, record
 
 from perfgate.launch.spec import LaunchSpec
 from perfgate.measure.duet import common_span, launch_together, measure_within, overlapping, step_span
@@ -90,12 +90,12 @@ def test_a_duet_side_is_measured_on_the_steps_it_ran_while_the_other_ran():
 
 
 def test_a_duet_side_is_measured_again_on_the_span_or_fails_saying_so_where_too_little_of_it_overlapped(tmp_path):
-    side = Measurer(make_plan(tmp_path), {}, launcher=None, root=tmp_path)
+    side = Measurer(make_plan(tmp_path), record(), launcher=None, root=tmp_path)
     side.last_records = timed_steps(0.0, [1.0] * 10)
     side.measurement.runs.append({"run": 0, "metrics": {"total_time_secs": 9.0, "measured_steps": 8}})
     measure_within(side, (0.0, 6.0))
     assert side.measurement.runs[-1]["metrics"]["measured_steps"] == 4
     assert side.measurement.runs[-1]["metrics"]["total_time_secs"] == 9.0
-    assert side.result["measured"]["measured_steps"] == 4
+    assert side.result.measured["measured_steps"] == 4
     with pytest.raises(CaseFailed, match=r"run 1 of a duet pair ran only 1 of its measured steps .*\(--perf-steps\)"):
         measure_within(side, (0.0, 3.0))

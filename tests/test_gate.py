@@ -45,9 +45,9 @@ def test_a_run_like_its_baseline_passes_without_extra_runs(tmp_path):
     plan = make_plan(tmp_path)
     store(plan)
     checker, measurer = gate(plan, [100.0, 99.5, 100.5, 0.0])
-    assert checker.check()["verdict"] == "pass"
+    assert checker.check().verdict == "pass"
     assert measurer.launches == 3
-    assert measurer.result["metrics"][0]["verdict"] == "pass"
+    assert measurer.result.metrics[0]["verdict"] == "pass"
 
 
 def test_a_significant_regression_fails_with_the_baseline_command_and_logs(tmp_path):
@@ -61,7 +61,7 @@ def test_a_significant_regression_fails_with_the_baseline_command_and_logs(tmp_p
     assert "significantly worse by 30.0%" in message
     assert f"baseline: {plan.baseline_file}" in message and "command: python -m torch.distributed.run" in message
     assert f"logs kept in {plan.spec.workdir}" in message
-    assert measurer.result["verdict"] == "FAIL"
+    assert measurer.result.verdict == "FAIL"
 
 
 WIDE = (80.0, 90.0, 100.0, 110.0, 120.0)
@@ -81,9 +81,9 @@ def test_runs_still_inconclusive_at_the_cap_pass_saying_so(tmp_path):
     plan = make_plan(tmp_path)
     store(plan, runs=WIDE)
     checker, measurer = gate(plan, [90.0] * 4, repeats=1, max_repeats=3)
-    assert checker.check()["verdict"] == "pass"
+    assert checker.check().verdict == "pass"
     assert measurer.launches == 3
-    assert "but not significant yet" in measurer.result["metrics"][0]["reason"]
+    assert "but not significant yet" in measurer.result.metrics[0]["reason"]
 
 
 def test_a_fail_on_one_metric_ends_the_case_while_another_is_still_inconclusive(tmp_path):
@@ -100,7 +100,7 @@ def test_a_fail_on_one_metric_ends_the_case_while_another_is_still_inconclusive(
     with pytest.raises(CaseFailed, match="significantly worse by 30.0%"):
         checker.check()
     assert measurer.launches == 3
-    assert {row["metric"]: row["verdict"] for row in measurer.result["metrics"]} == {METRIC: "pass", CPU: "FAIL"}
+    assert {row["metric"]: row["verdict"] for row in measurer.result.metrics} == {METRIC: "pass", CPU: "FAIL"}
 
 
 def test_a_much_faster_run_warns_that_the_baseline_is_stale_or_fails_under_fail_stale(tmp_path):
@@ -108,7 +108,7 @@ def test_a_much_faster_run_warns_that_the_baseline_is_stale_or_fails_under_fail_
     store(plan)
     checker, _ = gate(plan, [150.0, 151.0, 149.0])
     with pytest.warns(StaleBaselineWarning, match=r"w-c-cpu: stale baseline on k: significantly faster than "):
-        assert checker.check()["verdict"] == "stale"
+        assert checker.check().verdict == "stale"
     checker, _ = gate(plan, [150.0, 151.0, 149.0], fail_stale=True)
     with pytest.raises(CaseFailed, match="re-measure with --update-baselines and review"):
         checker.check()
@@ -121,7 +121,7 @@ def test_no_baseline_reports_the_measurement_and_skips_saying_how_to_create_one(
         checker.check()
     assert (f"w-c-cpu: no baseline for hardware class k ({plan.baseline_file} does not exist), so nothing was "
             "gated. Create it: pytest 'suite.py::test[c-cpu]' --update-baselines") in str(skipped.value)
-    assert measurer.result["metrics"] == [{"metric": METRIC, "unit": "samples/s", "measured": 100.5,
+    assert measurer.result.metrics == [{"metric": METRIC, "unit": "samples/s", "measured": 100.5,
                                            "verdict": "no-baseline", "run_values": [100.0, 101.0]}]
     assert measurer.launches == 2, "a case without a baseline measures two launches, not --perf-repeats"
     checker, _ = gate(plan, [100.0, 101.0, 99.0], strict_baselines=True)
@@ -146,7 +146,7 @@ def test_an_update_leaves_a_disturbed_run_out_measures_again_and_records_it(tmp_
     checker, measurer = gate(plan, [100.0, 50.0, 101.0, 99.0], update_baselines=True)
     result = checker.check()
     assert measurer.launches == 4
-    assert (result["verdict"], result["disturbed_runs"]) == ("updated", 1)
+    assert (result.verdict, result.disturbed_runs) == ("updated", 1)
     stored = json.loads(plan.baseline_file.read_text())
     assert stored["metrics"][METRIC]["runs"] == [100.0, 101.0, 99.0]
     assert stored["metrics"][METRIC]["value"] == 100.0
@@ -154,14 +154,14 @@ def test_an_update_leaves_a_disturbed_run_out_measures_again_and_records_it(tmp_
     assert stored["provenance"]["disturbed_runs"] == [{"run": 1, METRIC: 50.0}]
     assert stored["provenance"]["hardware"]["detected_class"] == DETECTED
     assert stored["provenance"]["measured"][METRIC] == 100.0
-    assert result["metrics"][0]["baseline"] is None and result["metrics"][0]["runs"] == 3
+    assert result.metrics[0]["baseline"] is None and result.metrics[0]["runs"] == 3
 
 
 def test_an_update_compares_with_the_old_baseline_and_keeps_a_fixed_tolerance(tmp_path):
     plan = make_plan(tmp_path, tolerance=0.4)
     store(plan, value=80.0)
     checker, _ = gate(plan, [100.0, 100.0, 100.0], update_baselines=True)
-    row = checker.check()["metrics"][0]
+    row = checker.check().metrics[0]
     assert (row["baseline"], row["measured"], row["change"], row["tolerance"]) == (80.0, 100.0, 0.25, 0.4)
 
 
@@ -178,7 +178,7 @@ def test_an_update_refuses_to_overwrite_a_foreign_baseline_unless_forced(tmp_pat
         checker.check()
     assert plan.baseline_file.read_text() == before and measurer.launches == 0
     checker, _ = gate(plan, [100.0] * 3, update_baselines=True, force_baseline_update=True)
-    assert checker.check()["verdict"] == "updated"
+    assert checker.check().verdict == "updated"
     assert plan.baseline_file.read_text() != before
 
 
@@ -192,8 +192,8 @@ def test_calibration_scales_the_runs_by_the_baselines_machine_speed_probe(tmp_pa
     checker, measurer = gate(plan, [80.0, 80.5, 79.5], probe=80.0, calibrate=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert checker.check()["verdict"] == "pass"
-    assert measurer.result["calibration"] == {"probe": "probe_matmul_gflops", "baseline": 100.0, "runs": [80.0] * 3}
+        assert checker.check().verdict == "pass"
+    assert measurer.result.calibration == {"probe": "probe_matmul_gflops", "baseline": 100.0, "runs": [80.0] * 3}
 
 
 def test_calibration_without_a_probe_says_what_to_do(tmp_path):
@@ -228,9 +228,9 @@ def test_ab_launches_abba_and_judges_the_candidate_against_the_reference_runs(tm
     with pytest.raises(CaseFailed, match=r"(?s)performance regression.*baseline: main \(0123456789ab\), measured beside"):
         gate.check()
     assert order == ["reference", "candidate", "candidate", "reference"]
-    assert [run["metrics"][METRIC] for run in candidate.result["reference"]["per_run"]] == [100.0, 101.0]
-    assert candidate.result["reference"]["commit"] == "0123456789abcdef"
-    assert candidate.result["time_to_verdict_s"] >= 0
+    assert [run["metrics"][METRIC] for run in candidate.result.reference["per_run"]] == [100.0, 101.0]
+    assert candidate.result.reference["commit"] == "0123456789abcdef"
+    assert candidate.result.time_to_verdict_s >= 0
 
 
 def test_duet_pairs_judge_as_pairs_in_turn_do_and_the_result_says_duet(tmp_path):
@@ -239,7 +239,7 @@ def test_duet_pairs_judge_as_pairs_in_turn_do_and_the_result_says_duet(tmp_path)
     with pytest.raises(CaseFailed, match="performance regression"):
         gate.check()
     assert sorted(order) == ["candidate", "candidate", "reference", "reference"]
-    assert candidate.result["duet"] is True
+    assert candidate.result.duet is True
 
 
 @pytest.mark.parametrize("kind, launcher, flags, duet", [
@@ -271,7 +271,7 @@ def test_a_b_calls_a_much_faster_candidate_an_improvement_not_a_stale_baseline(t
     plan = make_plan(tmp_path)
     gate, _, _ = ab_gate(plan, [100.0, 101.0], [150.0, 151.0])
     with pytest.warns(StaleBaselineWarning, match="(?s)faster than the reference on k: .*improvement") as caught:
-        assert gate.check()["verdict"] == "stale"
+        assert gate.check().verdict == "stale"
     assert "--update-baselines" not in str(caught[0].message)
 
 
@@ -279,7 +279,7 @@ def test_ab_measures_another_pair_while_the_verdict_is_inconclusive(tmp_path):
     """Pairs 1-2 look 12 % worse but the interval spans zero; pair 3 brings the estimate within 2 %: pass."""
     plan = make_plan(tmp_path)
     gate, candidate, order = ab_gate(plan, [100.0, 130.0, 80.0, 100.0], [100.0] * 4)
-    assert gate.check()["verdict"] == "pass"
+    assert gate.check().verdict == "pass"
     assert order == ["reference", "candidate", "candidate", "reference", "reference", "candidate"]
 
 
@@ -290,13 +290,13 @@ def test_ab_resolve_measures_pairs_until_the_interval_rules_out_the_slowdown_ask
     plan = make_plan(tmp_path)
     candidate_values = [100.0, 97.0, 103.0, 99.0, 101.0, 98.5, 101.5, 100.0]
     gate, candidate, order = ab_gate(plan, [100.0] * 8, candidate_values, max_repeats=None)
-    assert gate.check()["verdict"] == "pass" and len(order) == 4
+    assert gate.check().verdict == "pass" and len(order) == 4
     gate, candidate, order = ab_gate(plan, [100.0] * 8, candidate_values, max_repeats=None, ab_resolve=0.03)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert gate.check()["verdict"] == "pass"
+        assert gate.check().verdict == "pass"
     assert len(order) == 14 and gate.repeat_cap() == 20
-    assert candidate.result["metrics"][0]["reason"].startswith("+0.0% worse (CI -2.9%..+2.8%)")
+    assert candidate.result.metrics[0]["reason"].startswith("+0.0% worse (CI -2.9%..+2.8%)")
 
 
 def test_ab_resolve_reports_what_it_could_not_rule_out_when_the_pairs_run_out(tmp_path):
@@ -308,11 +308,11 @@ def test_ab_resolve_reports_what_it_could_not_rule_out_when_the_pairs_run_out(tm
     with pytest.warns(UnresolvedVerdictWarning, match=r"after 4 pairs a slowdown of up to 26.7% on samples_per_second "
                                                       r"cannot be ruled out, more than the 5.0% that --perf-ab-resolve "
                                                       r"asks to rule out: about 37 pairs would settle it"):
-        assert gate.check()["verdict"] == "unresolved"
+        assert gate.check().verdict == "unresolved"
     assert len(order) == 8
-    assert candidate.result["unresolved"] == [{"metric": METRIC, "pairs": 4, "pairs_needed": 37,
+    assert candidate.result.unresolved == [{"metric": METRIC, "pairs": 4, "pairs_needed": 37,
                                                "could_miss": pytest.approx(0.267, abs=1e-3)}]
-    assert candidate.result["metrics"][0]["verdict"] == "unresolved"
+    assert candidate.result.metrics[0]["verdict"] == "unresolved"
     gate, candidate, _ = ab_gate(plan, [100.0] * 4, spread, ab_resolve=0.05, fail_unresolved=True)
     with pytest.raises(CaseFailed, match=r"w-c-cpu: unresolved on k\n  samples_per_second"):
         gate.check()
@@ -357,10 +357,10 @@ def test_ab_budget_starts_no_pair_that_would_end_past_it(tmp_path, budget, pairs
     gate.clock = clock
     clock.wrap(gate.measurer)
     clock.wrap(gate.reference.measurer)
-    assert gate.check()["verdict"] == "pass"
+    assert gate.check().verdict == "pass"
     assert len(order) == 2 * pairs
-    assert candidate.result["time_to_verdict_s"] == 60.0 * pairs <= (budget or math.inf)
-    stop = candidate.result.get("ab_budget_stop")
+    assert candidate.result.time_to_verdict_s == 60.0 * pairs <= (budget or math.inf)
+    stop = candidate.result.ab_budget_stop
     assert stop == (None if budget is None else f"no pair {pairs + 1}: it would end {60 * pairs + 60} s after the "
                                                 f"case began, past --perf-ab-budget {budget} s")
     assert tables.ab_rows([candidate.result])[0][1:] == [str(pairs), f"{pairs}:00", stop or "-"]
@@ -387,7 +387,7 @@ def test_a_planted_slowdown_that_did_not_slow_the_gated_metric_is_reported_not_a
     with pytest.warns(PlantNotTakenWarning, match=r"a planted slowdown of 25% should move samples_per_second by "
                                                   r"-20.0%, but it moved \+0.0%"):
         checker.check()
-    assert [(row["metric"], row["took"]) for row in measurer.result["plant"]] == [(METRIC, False)]
+    assert [(row["metric"], row["took"]) for row in measurer.result.plant] == [(METRIC, False)]
 
 
 def test_a_planted_slowdown_that_took_is_recorded_and_fails_without_a_plant_warning(tmp_path):
@@ -398,7 +398,7 @@ def test_a_planted_slowdown_that_took_is_recorded_and_fails_without_a_plant_warn
         warnings.simplefilter("error")
         with pytest.raises(CaseFailed, match="PLANTED slowdown of 25%"):
             checker.check()
-    row, = measurer.result["plant"]
+    row, = measurer.result.plant
     assert row["took"] is True and row["measured_change"] == pytest.approx(-0.2)
 
 
@@ -445,7 +445,7 @@ def test_a_cpu_time_regression_fails_on_the_cpu_clock_that_the_wall_clock_noise_
     _, checker, measurer = two_clock_gate(tmp_path, [(99.0, 0.0220), (92.0, 0.0221), (103.0, 0.0219)])
     with pytest.raises(CaseFailed, match=r"cpu_seconds_per_sample .*\+10\.0%") as failed:
         checker.check()
-    rows = {row["metric"]: row["verdict"] for row in measurer.result["metrics"]}
+    rows = {row["metric"]: row["verdict"] for row in measurer.result.metrics}
     assert rows == {METRIC: "pass", CPU: "FAIL"}, str(failed.value)
 
 
@@ -455,9 +455,9 @@ def test_a_baseline_from_before_the_cpu_clock_is_judged_on_what_it_has_saying_wh
         100.0, "higher", 0.05, "samples/s", (98.0, 99.0, 100.0, 101.0, 102.0))},
         provenance={"hardware": {"detected_class": DETECTED}}, workload_version="1"))
     with pytest.warns(UngatedMetricWarning, match="cpu_seconds_per_sample not gated: .*re-measure the baseline"):
-        assert checker.check()["verdict"] == "pass"
-    assert [row["metric"] for row in measurer.result["metrics"]] == [METRIC]
-    assert measurer.result["ungated"][0]["metric"] == CPU
+        assert checker.check().verdict == "pass"
+    assert [row["metric"] for row in measurer.result.metrics] == [METRIC]
+    assert measurer.result.ungated[0]["metric"] == CPU
 
 
 def test_records_without_cpu_time_give_a_baseline_of_the_wall_clock_saying_so(tmp_path):
@@ -533,8 +533,8 @@ def test_ab_judges_the_cpu_clock_with_the_ab_tolerance_and_the_wall_clock_with_t
     steady = [(100.0, 0.0200), (101.0, 0.0201), (99.0, 0.0199), (100.0, 0.0200)]
     slower_wall = [(w / 1.04, c) for w, c in steady]
     checker, candidate = session(steady, slower_wall)
-    assert checker.check()["verdict"] == "pass"
-    assert {row["metric"]: row["tolerance"] for row in candidate.result["metrics"]} == {METRIC: 0.05, CPU: 0.02}
+    assert checker.check().verdict == "pass"
+    assert {row["metric"]: row["tolerance"] for row in candidate.result.metrics} == {METRIC: 0.05, CPU: 0.02}
     more_work = [(w, c * 1.04) for w, c in steady]
     checker, candidate = session(steady, more_work)
     with pytest.raises(CaseFailed, match=r"cpu_seconds_per_sample .*\+4\.0%"):
@@ -549,6 +549,6 @@ def test_an_a_b_reference_from_before_the_cpu_clock_is_judged_on_the_wall_clock_
     with pytest.warns(UngatedMetricWarning, match=r"cpu_seconds_per_sample not gated: its reference \(main "
                                                   r"\(0123456789ab\), measured beside it in .*\) has none \(it is from "
                                                   r"before the metric\); it is gated against a reference revision"):
-        assert gate.check()["verdict"] == "pass"
-    assert [row["metric"] for row in candidate.result["metrics"]] == [METRIC]
-    assert candidate.result["ungated"][0]["metric"] == CPU
+        assert gate.check().verdict == "pass"
+    assert [row["metric"] for row in candidate.result.metrics] == [METRIC]
+    assert candidate.result.ungated[0]["metric"] == CPU

@@ -6,6 +6,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from fakes import record
 from pace import wait_until
 
 from perfgate.config.cases import Case, CaseRun, Flavour
@@ -147,7 +148,7 @@ def test_a_query_the_gpu_does_not_support_leaves_that_field_out_and_says_so_once
     assert monitor.error == "GPU 0: no utilisation (Not Supported)"
     summary = gpu_monitor.summarize(monitor.samples)
     assert summary["mean_utilization"] is None and summary["mean_power_w"] == 650.0
-    assert tables.gpu_rows([{"case": "a", "gpu": summary}], 0.9) == [["a", "-", "1.0 GiB", "650 W", "none", ""]]
+    assert tables.gpu_rows([record("a", gpu=summary)], 0.9) == [["a", "-", "1.0 GiB", "650 W", "none", ""]]
 
 
 class NoHandleNvml(FakeNvml):
@@ -216,21 +217,21 @@ class RecordsWritingLauncher:
 
 def test_the_case_samples_the_gpus_its_uuids_name_not_nvml_indices(tmp_path):
     plan = gpu_plan(tmp_path, [FakeNvml.UUIDS[1]])
-    measurer = Measurer(plan, {"case": "w-c-gpu"}, launcher=RecordsWritingLauncher(), root=tmp_path,
+    measurer = Measurer(plan, record("w-c-gpu"), launcher=RecordsWritingLauncher(), root=tmp_path,
                         nvml=lambda: (FakeNvml(), ""))
     measurer.launch_once(1)
-    assert list(measurer.result["gpu"]["per_gpu"]) == [FakeNvml.UUIDS[1]]
-    assert measurer.result["gpu"]["mean_utilization"] == 0.6
-    assert "gpu_monitor" not in measurer.result
+    assert list(measurer.result.gpu["per_gpu"]) == [FakeNvml.UUIDS[1]]
+    assert measurer.result.gpu["mean_utilization"] == 0.6
+    assert measurer.result.gpu_monitor is None
 
 
 def test_an_nvml_that_cannot_open_a_gpu_never_fails_the_case(tmp_path):
     plan = gpu_plan(tmp_path, ["1"])
-    measurer = Measurer(plan, {"case": "w-c-gpu"}, launcher=RecordsWritingLauncher(), root=tmp_path,
+    measurer = Measurer(plan, record("w-c-gpu"), launcher=RecordsWritingLauncher(), root=tmp_path,
                         nvml=lambda: (NoHandleNvml(), ""))
     measurer.launch_once(1)
-    assert measurer.result["runs"] == 1 and measurer.result.get("gpu") is None
-    assert measurer.result["gpu_monitor"] == "no NVML handle for GPU 1 (GPU is lost): not sampled"
+    assert measurer.result.runs == 1 and measurer.result.gpu is None
+    assert measurer.result.gpu_monitor == "no NVML handle for GPU 1 (GPU is lost): not sampled"
 
 
 def test_remote_nodes_samples_are_read_from_the_run_directory_with_what_they_could_not_sample(tmp_path):
@@ -246,10 +247,10 @@ def test_remote_nodes_samples_are_read_from_the_run_directory_with_what_they_cou
     def unused_nvml():
         raise AssertionError("remote nodes' GPUs are not sampled from the pytest process")
 
-    measurer = Measurer(plan, {"case": "w-c-gpu"}, launcher=launcher, root=tmp_path, nvml=unused_nvml)
+    measurer = Measurer(plan, record("w-c-gpu"), launcher=launcher, root=tmp_path, nvml=unused_nvml)
     measurer.launch_once(1)
-    assert measurer.result["gpu_monitor"] == "node 1: GPU monitoring off: NVML cannot start here (Driver Not Loaded)"
-    assert list(measurer.result["gpu"]["per_gpu"]) == ["node0:0"]
+    assert measurer.result.gpu_monitor == "node 1: GPU monitoring off: NVML cannot start here (Driver Not Loaded)"
+    assert list(measurer.result.gpu["per_gpu"]) == ["node0:0"]
 
 
 def test_a_node_sampler_writes_samples_while_its_process_lives_and_why_it_cannot(tmp_path):
@@ -300,8 +301,8 @@ def test_fingerprint_names_gpus_memory_driver_and_cuda():
 
 def test_report_flags_a_case_under_the_utilisation_floor():
     gpu = {"mean_utilization": 0.62, "peak_memory_bytes": 40 * 2**30, "mean_power_w": 410.0, "throttle": []}
-    rows = tables.gpu_rows([{"case": "a", "gpu": gpu}, {"case": "b", "gpu": {**gpu, "mean_utilization": 0.97,
-                                                                              "throttle": ["power cap"]}},
-                            {"case": "cpu-case"}], min_utilization=0.9)
+    rows = tables.gpu_rows([record("a", gpu=gpu),
+                            record("b", gpu={**gpu, "mean_utilization": 0.97, "throttle": ["power cap"]}),
+                            record("cpu-case")], min_utilization=0.9)
     assert rows == [["a", "62%", "40.0 GiB", "410 W", "none", "LOW UTILISATION (< 90%)"],
                     ["b", "97%", "40.0 GiB", "410 W", "power cap", ""]]

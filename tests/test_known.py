@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from fakes import record
 
 from conftest import REPO
 from perfgate.config.settings import Settings
@@ -24,8 +25,8 @@ def measured_baseline(root, hardware_class, case, samples_per_second, world):
 
 def result(case="resnet50-amp-synthetic-w0-bucket25-gpu", hardware_class="nvidia-h100-80gb-hbm3-x1-n1", world=1,
            **measured):
-    return {"case": case, "hardware_class": hardware_class, "world_size": world, "test": f"t.py::t[{case}]",
-            "verdict": "no-baseline", "measured": {"samples_per_second": 4294.0, **measured}}
+    return record(case, hardware_class=hardware_class, world_size=world, test=f"t.py::t[{case}]",
+                  verdict="no-baseline", measured={"samples_per_second": 4294.0, **measured})
 
 
 def test_the_published_figures_file_loads_and_names_the_mmoclip_reference():
@@ -87,10 +88,10 @@ def test_a_published_style_baseline_compares_its_time_when_the_job_is_the_same_s
 
 
 def test_the_summary_ends_with_the_command_and_an_estimate_from_the_launches_measured(tmp_path):
-    missing = [{**result("a-cpu", "cpu-here-2c-n1", 2), "test": "tests_perf/t.py::t[a-cpu]",
-                "per_run": [{"time_s": {"total_s": 30.0}}, {"time_s": {"total_s": 20.0}}, {"time_s": {"total_s": 22.0}}]},
-               {**result("b-cpu", "cpu-here-2c-n1", 2), "test": "tests_perf/t.py::t[b-cpu]",
-                "per_run": [{"time_s": {"total_s": 10.0}}]}]
+    missing = [record("a-cpu", hardware_class="cpu-here-2c-n1", test="tests_perf/t.py::t[a-cpu]",
+                      per_run=[{"time_s": {"total_s": seconds}} for seconds in (30.0, 20.0, 22.0)]),
+               record("b-cpu", hardware_class="cpu-here-2c-n1", test="tests_perf/t.py::t[b-cpu]",
+                      per_run=[{"time_s": {"total_s": 10.0}}])]
     settings = Settings(baseline_dir=tmp_path, baseline_repeats=7)
     assert tables.baselines_estimate_s(missing, 7) == 30 + 6 * 21 + 7 * 10
     text = tables.create_baselines_line(missing, settings, None)

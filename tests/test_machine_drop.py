@@ -72,7 +72,7 @@ def gate(tmp_path, probe, **settings):
 def test_the_gate_leaves_a_session_on_a_slowed_machine_unresolved_saying_why(tmp_path):
     with pytest.warns(UnresolvedVerdictWarning) as warned:
         result = gate(tmp_path, probe=55.0).check()
-    assert result["verdict"] == "unresolved" and result["machine_drop"][0]["probe_change"] == pytest.approx(-0.45)
+    assert result.verdict == "unresolved" and result.machine_drop[0]["probe_change"] == pytest.approx(-0.45)
     message = str(warned[0].message)
     assert "worse than the baseline, but the machine ran slower by as much while the CPU clock held" in message
     assert "the machine-speed probe ran -45.0% against the baseline's" in message
@@ -84,4 +84,4 @@ def test_a_steady_probe_leaves_the_fail_and_calibration_replaces_the_rule(tmp_pa
         gate(tmp_path / "steady", probe=99.0).check()
     with pytest.warns(StaleBaselineWarning):
         calibrated = gate(tmp_path / "calibrated", probe=55.0, calibrate=True).check()
-    assert "machine_drop" not in calibrated and calibrated["verdict"] == "stale", "scaled by 100/55, it over-corrects"
+    assert not calibrated.machine_drop and calibrated.verdict == "stale", "scaled by 100/55, it over-corrects"

@@ -1,3 +1,4 @@
+from fakes import record
 from perfgate.measure.progress import Progress
 from perfgate.records.steps import StepRecord
 from perfgate.report.tables import summary_rows
@@ -22,11 +23,10 @@ def test_progress_without_a_terminal_writes_new_lines_at_most_every_15_s():
 
 
 def test_summary_table_has_a_row_per_metric():
-    results = [{
-        "case": "openclip-fp32-cpu", "verdict": "FAIL",
-        "metrics": [{"metric": "samples_per_second", "unit": "samples/s", "measured": 100.0, "baseline": 200.0,
-                     "change": -0.5, "verdict": "FAIL"}],
-    }, {"case": "openclip-amp-gpu", "verdict": "crashed", "metrics": []}]
+    results = [record("openclip-fp32-cpu", verdict="FAIL",
+                      metrics=[{"metric": "samples_per_second", "unit": "samples/s", "measured": 100.0,
+                                "baseline": 200.0, "change": -0.5, "verdict": "FAIL"}]),
+               record("openclip-amp-gpu", verdict="crashed")]
     lines = table(summary_rows(results))
     assert lines[0].split() == ["case", "metric", "measured", "baseline", "change", "verdict"]
     assert lines[2].split() == ["openclip-fp32-cpu", "samples_per_second", "100", "samples/s", "200", "samples/s",
@@ -37,11 +37,11 @@ def test_summary_table_has_a_row_per_metric():
 def test_update_table_shows_old_new_change_tolerance_noise_and_runs():
     from perfgate.report.tables import UPDATE_HEADER, update_rows
 
-    results = [{"case": "c", "metrics": [
+    results = [record("c", metrics=[
         {"metric": "samples_per_second", "unit": "samples/s", "baseline": 100.0, "measured": 110.0, "change": 0.1,
          "tolerance": 0.05, "noise": 0.012, "runs": 5},
         {"metric": "total_time_secs", "unit": "s", "baseline": None, "measured": 9.0, "change": None,
-         "tolerance": 0.03, "noise": 0.0, "runs": 5}]}]
+         "tolerance": 0.03, "noise": 0.0, "runs": 5}])]
     lines = table(update_rows(results), UPDATE_HEADER)
     assert lines[0].split() == ["case", "metric", "old", "new", "change", "new", "tolerance", "noise", "runs"]
     assert lines[2].split() == ["c", "samples_per_second", "100", "samples/s", "110", "samples/s", "+10.0%", "5.0%",
@@ -60,12 +60,11 @@ def test_bottleneck_names_the_slower_of_io_and_compute():
 def test_profile_rows_show_throughput_tflops_mfu_cpu_time_and_bottleneck():
     from perfgate.report.tables import PROFILE_HEADER, profile_rows
 
-    results = [{"case": "unet3d-a-gpu", "measured": {"samples_per_second": 252.0, "tflops": 181.2, "mfu": 0.183,
-                                                     "io_samples_per_second": 303.3,
-                                                     "synthetic_samples_per_second": 359.4,
-                                                     "cpu_seconds_per_sample": 0.00412, "workers_cpu_share": 0.4}},
-               {"case": "openclip-fp32-cpu", "measured": {"samples_per_second": 250.0}},
-               {"case": "crashed-cpu", "measured": {}}]
+    results = [record("unet3d-a-gpu", measured={"samples_per_second": 252.0, "tflops": 181.2, "mfu": 0.183,
+                                                "io_samples_per_second": 303.3, "synthetic_samples_per_second": 359.4,
+                                                "cpu_seconds_per_sample": 0.00412, "workers_cpu_share": 0.4}),
+               record("openclip-fp32-cpu", measured={"samples_per_second": 250.0}),
+               record("crashed-cpu")]
     rows = profile_rows(results)
     assert rows[0] == ["unet3d-a-gpu", "252.0", "181", "18.3%", "4.12 (workers 40%)", "303.3 / 359.4",
                        "input-bound: IO 303/s < compute 359/s"]
@@ -77,10 +76,9 @@ def test_scaling_rows_give_speedup_and_efficiency_per_family():
     from perfgate.report.tables import scaling_rows
 
     results = [
-        {"case": f"resnet50-fp32-ddp{n}-gpu", "family": "resnet50-fp32", "world_size": n,
-         "measured": {"samples_per_second": rate}}
+        record(f"resnet50-fp32-ddp{n}-gpu", family="resnet50-fp32", world_size=n, measured={"samples_per_second": rate})
         for n, rate in ((1, 925.0), (8, 7020.9))
-    ] + [{"case": "alone-ddp2-cpu", "family": "alone", "world_size": 2, "measured": {"samples_per_second": 5.0}}]
+    ] + [record("alone-ddp2-cpu", family="alone", world_size=2, measured={"samples_per_second": 5.0})]
     assert scaling_rows(results) == [
         ["resnet50-fp32-gpu", "1", "925.0", "1.00x", "100%"],
         ["resnet50-fp32-gpu", "8", "7,020.9", "7.59x", "95%"],
@@ -108,13 +106,12 @@ def test_the_terminal_summary_says_what_was_planted_written_calibrated_and_left_
 
     sections, lines = [], []
     summary = TerminalSummary(sections.append, lambda text, **markup: lines.append((text, markup)))
-    judged = {"case": "b-c-cpu", "hardware_class": "k", "verdict": "no-baseline", "test": "s.py::t[c-cpu]",
-              "metrics": [{"metric": "samples_per_second", "unit": "samples/s", "measured": 9.0,
-                           "verdict": "no-baseline"}]}
-    updated = {"case": "a-c-cpu", "hardware_class": "k", "verdict": "updated", "baseline_file": "b/k/a-c-cpu.json",
-               "disturbed_runs": 1, "metrics": [{"metric": "samples_per_second", "unit": "samples/s", "baseline": None,
-                                                 "measured": 10.0, "change": None, "tolerance": 0.05, "noise": 0.01,
-                                                 "runs": 3}]}
+    judged = record("b-c-cpu", verdict="no-baseline", test="s.py::t[c-cpu]",
+                    metrics=[{"metric": "samples_per_second", "unit": "samples/s", "measured": 9.0,
+                              "verdict": "no-baseline"}])
+    updated = record("a-c-cpu", verdict="updated", baseline_file="b/k/a-c-cpu.json", disturbed_runs=1,
+                     metrics=[{"metric": "samples_per_second", "unit": "samples/s", "baseline": None, "measured": 10.0,
+                               "change": None, "tolerance": 0.05, "noise": 0.01, "runs": 3}])
     settings = Settings(inject_slowdown=0.25, calibrate=True, baseline_dir=Path("/repo/baselines"))
     summary.write([judged, updated], settings)
     text = [line for line, _ in lines]
@@ -145,11 +142,11 @@ def test_where_the_launches_time_went_is_summed_per_case_with_the_reference_side
     from perfgate.report.tables import TIME_HEADER, TIME_HEADING, time_rows, window_share_line
     from perfgate.report.terminal import TerminalSummary
 
-    compiled = {"case": "clip-l-gpu", "verdict": "pass", "metrics": [],
-                "per_run": [launch(35.6, 86.2, 9.8, 1.0, 4.4), launch(30.0, 20.0, 10.0, 1.0, 3.0)]}
-    paired = {"case": "clip-b-gpu", "verdict": "pass", "metrics": [], "per_run": [launch(10.0, 2.0, 8.0, 0.0, 0.0)],
-              "reference": {"revision": "main", "commit": "a" * 40, "per_run": [launch(10.0, 2.0, 8.0, 0.0, 0.0)]}}
-    upstream = {"case": "log-only-cpu", "verdict": "pass", "metrics": [], "per_run": [{"time_s": None}]}
+    compiled = record("clip-l-gpu", verdict="pass",
+                      per_run=[launch(35.6, 86.2, 9.8, 1.0, 4.4), launch(30.0, 20.0, 10.0, 1.0, 3.0)])
+    paired = record("clip-b-gpu", verdict="pass", per_run=[launch(10.0, 2.0, 8.0, 0.0, 0.0)],
+                    reference={"revision": "main", "commit": "a" * 40, "per_run": [launch(10.0, 2.0, 8.0, 0.0, 0.0)]})
+    upstream = record("log-only-cpu", verdict="pass", per_run=[{"time_s": None}])
     rows = time_rows([compiled, paired, upstream])
     assert rows == [
         ["clip-l-gpu", "2", "65.6 s", "106.2 s", "19.8 s", "2.0 s", "7.4 s", "201.0 s", "10%"],

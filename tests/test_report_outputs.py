@@ -1,5 +1,6 @@
 """The files people read: pytest-benchmark JSON, summary.md with its plots, JUnit properties, baseline history."""
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -14,6 +15,7 @@ from perfgate import cli  # noqa: E402
 from perfgate.config.settings import Settings  # noqa: E402
 from perfgate.report import baseline_log, benchmark_json, plots, terminal  # noqa: E402
 from perfgate.report.directory import ReportDirectory  # noqa: E402
+from perfgate.result import Result  # noqa: E402
 
 WARMUP = 2
 
@@ -31,9 +33,9 @@ def run(index, step_s, steps=8, gpu=False):
 def result(case, verdict="pass", family=None, world_size=2, runs=3, step_s=0.1, **extra):
     per_run = [run(i, step_s * (1 + 0.02 * i), gpu=case.endswith("-gpu")) for i in range(runs)]
     throughput = 64 / step_s
-    return {
+    return Result.from_json({
         "case": case, "test": f"tests_perf/test_x.py::test_x[{case.removeprefix('x-')}]", "verdict": verdict,
-        "hardware_class": "cpu-test-2c-n1", "world_size": world_size, "family": family,
+        "hardware_class": "cpu-test-2c-n1", "world_size": world_size, "family": family, "workload_version": "1",
         "baseline_file": f"baselines/cpu-test-2c-n1/{case}.json", "injected_slowdown": 0.0, "per_run": per_run,
         "measured": {"samples_per_second": throughput, "total_time_secs": 1.0},
         "metrics": [{"metric": "samples_per_second", "unit": "samples/s", "measured": throughput,
@@ -42,7 +44,7 @@ def result(case, verdict="pass", family=None, world_size=2, runs=3, step_s=0.1, 
                      "run_values": [64 / (step_s * (1 + 0.02 * i)) for i in range(runs)],
                      "baseline_runs": [throughput * f for f in (1.28, 1.3, 1.32, 1.31, 1.29)]}],
         **extra,
-    }
+    })
 
 
 @pytest.fixture
@@ -65,10 +67,10 @@ def test_perf_json_loads_in_pytest_benchmark_and_compares(tmp_path, results):
     path = tmp_path / "perf.json"
     benchmark_json.BenchmarkJson(path, {"perfgate_hardware_classes": ["cpu-test-2c-n1"]}).write(results, Settings())
     loaded = list(FileStorage(tmp_path, Logger(Logger.QUIET)).load_benchmarks(str(path)))
-    assert sorted(b["fullname"] for b in loaded) == sorted(r["test"] for r in results)
+    assert sorted(b["fullname"] for b in loaded) == sorted(r.test for r in results)
     fail = next(b for b in loaded if b["param"] == "x-fp32-cpu")
     assert fail["rounds"] == 3 * (8 - WARMUP)
-    assert fail["mean"] == pytest.approx(numpy.mean([t for r in results[0]["per_run"] for t in r["step_times_s"][2:]]))
+    assert fail["mean"] == pytest.approx(numpy.mean([t for r in results[0].per_run for t in r["step_times_s"][2:]]))
     assert fail["extra_info"]["perfgate_verdict"] == "FAIL"
     assert fail["extra_info"]["gated"][0]["tolerance"] == 0.05
     document = json.loads(path.read_text())
@@ -80,7 +82,7 @@ def test_perf_json_loads_in_pytest_benchmark_and_compares(tmp_path, results):
                               str(path)], capture_output=True, text=True, cwd=tmp_path)
     assert compare.returncode == 0, compare.stderr
     assert "Failed to load" not in compare.stdout + compare.stderr
-    assert all(r["test"].rpartition("::")[2] in compare.stdout for r in results)
+    assert all(r.test.rpartition("::")[2] in compare.stdout for r in results)
 
 
 def test_perf_json_has_what_github_action_benchmark_pytest_reads(tmp_path, results):
@@ -95,7 +97,7 @@ def test_perf_json_has_what_github_action_benchmark_pytest_reads(tmp_path, resul
 
 
 def test_a_case_that_crashed_before_any_step_has_no_benchmark(tmp_path, results):
-    crashed = {**result("x-crash-cpu", "crashed"), "per_run": [], "metrics": []}
+    crashed = dataclasses.replace(result("x-crash-cpu", "crashed"), per_run=[], metrics=[])
     assert benchmark_json.benchmark(crashed) is None
 
 
@@ -165,7 +167,7 @@ def test_the_timeline_shades_the_warm_up_and_the_runs_plot_the_tolerance_band(re
     assert labels[:2] == [f"warm-up ({WARMUP} steps, excluded)", "measured window"]
     band = plots.against_baseline(results[0]).axes[0]
     low, high = band.patches[0].get_y(), band.patches[0].get_y() + band.patches[0].get_height()
-    baseline = results[0]["metrics"][0]["baseline"]
+    baseline = results[0].metrics[0]["baseline"]
     assert (low, high) == pytest.approx((baseline * 0.95, baseline * 1.05))
 
 
@@ -224,9 +226,9 @@ def test_the_baseline_log_says_what_is_wrong_also_under_its_old_name(tmp_path, c
 
 
 def test_a_case_without_a_baseline_says_so_where_the_baseline_runs_would_be(results):
-    unjudged = {**results[0], "verdict": "no-baseline",
-                "metrics": [{"metric": "samples_per_second", "unit": "samples/s", "measured": 100.0,
-                             "verdict": "no-baseline", "run_values": [99.0, 101.0]}]}
+    unjudged = dataclasses.replace(results[0], verdict="no-baseline",
+                                   metrics=[{"metric": "samples_per_second", "unit": "samples/s", "measured": 100.0,
+                                             "verdict": "no-baseline", "run_values": [99.0, 101.0]}])
     ax = plots.against_baseline(unjudged).axes[0]
     assert [label.get_text() for label in ax.get_xticklabels()] == ["no baseline\nfor this class",
                                                                      "this session's runs"]

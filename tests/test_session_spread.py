@@ -87,7 +87,7 @@ def test_the_spread_is_asked_for_with_the_runs_machine_speed_probe_once_they_are
     plan = make_plan(tmp_path)
     store(plan)
     asked = []
-    assert gate(plan, [99.0, 100.0, 101.0], {}, probe=61.5, asked=asked).check()["verdict"] == "pass"
+    assert gate(plan, [99.0, 100.0, 101.0], {}, probe=61.5, asked=asked).check().verdict == "pass"
     assert asked == [61.5]
 
 
@@ -96,8 +96,8 @@ def test_a_regression_within_the_session_spread_is_unresolved_naming_what_the_ma
     store(plan)
     with pytest.warns(SessionSpreadWarning) as warned:
         result = gate(plan, [90.0, 90.5, 91.0], {METRIC: spread()}).check()
-    assert result["verdict"] == "unresolved"
-    assert result["metrics"][0]["verdict"] == "unresolved" and result["session_spread"][0]["outcome"] == "unresolved"
+    assert result.verdict == "unresolved"
+    assert result.metrics[0]["verdict"] == "unresolved" and result.session_spread[0]["outcome"] == "unresolved"
     message = str(warned[0].message)
     assert "within how far this case moves between unchanged sessions here" in message
     assert "spread 6.0% (10 sessions in results/history.db)" in message
@@ -128,7 +128,7 @@ def test_a_pass_says_how_large_a_slowdown_the_machine_lets_it_catch_only_where_t
     plan = make_plan(tmp_path)
     store(plan)
     with pytest.warns(SessionSpreadWarning, match="passed on k, but this machine's sessions spread wider"):
-        assert gate(plan, [99.0, 100.0, 101.0], {METRIC: spread()}).check()["verdict"] == "pass"
+        assert gate(plan, [99.0, 100.0, 101.0], {METRIC: spread()}).check().verdict == "pass"
     with warnings.catch_warnings():
         warnings.simplefilter("error", SessionSpreadWarning)
-        assert gate(plan, [99.0, 100.0, 101.0], {METRIC: spread(relative=0.01)}).check()["verdict"] == "pass"
+        assert gate(plan, [99.0, 100.0, 101.0], {METRIC: spread(relative=0.01)}).check().verdict == "pass"

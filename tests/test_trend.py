@@ -11,10 +11,12 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import postgres_server
 import pytest
+from fakes import record as case_record
 from replay_launcher import record, replay_in_sessions
 from sleeper_repo import SLEEPER, SUITE, git, init, result_of
 
@@ -72,12 +74,11 @@ def test_a_single_spike_is_not_a_change_point():
 
 
 def result(case="c-cpu", value=100.0, verdict="pass", workload_version="1", probe=None, metric_verdict=None):
-    return {"case": case, "hardware_class": "hw", "verdict": verdict, "world_size": 2,
-            "workload_version": workload_version,
-            "measured": {"fastest_step_samples_per_second": value, "cpu_seconds_per_sample": 0.01, "mfu": None,
-                         "probe_matmul_gflops": probe},
-            "metrics": [{"metric": "fastest_step_samples_per_second", "verdict": metric_verdict or verdict,
-                         "baseline": 99.0, "change": value / 99 - 1}]}
+    return case_record(case, hardware_class="hw", verdict=verdict, world_size=2, workload_version=workload_version,
+                  measured={"fastest_step_samples_per_second": value, "cpu_seconds_per_sample": 0.01, "mfu": None,
+                            "probe_matmul_gflops": probe},
+                  metrics=[{"metric": "fastest_step_samples_per_second", "verdict": metric_verdict or verdict,
+                            "baseline": 99.0, "change": value / 99 - 1}])
 
 
 CONTEXT = Context(session="s", commit="abc", branch="main", launcher="local", nodes=1, environment={"torch": "2.14.1"})
@@ -301,8 +302,8 @@ def test_the_spread_between_sessions_counts_the_passed_sessions_of_this_version_
         database.record([result(value=value), result(case="other-cpu", value=value / 2)], CONTEXT)
     for _ in range(3):
         planted = result(value=60.0)
-        planted["measured"]["planted_fraction"] = 0.5
-        paired = {**result(value=55.0), "reference": {"revision": "HEAD"}, "duet": True}
+        planted.measured["planted_fraction"] = 0.5
+        paired = dataclasses.replace(result(value=55.0), reference={"revision": "HEAD"}, duet=True)
         database.record([planted, paired, result(value=70.0, verdict="FAIL"), result(value=72.0, verdict="unresolved")],
                         CONTEXT)
     database.close()
@@ -344,6 +345,34 @@ def test_a_history_that_cannot_be_read_is_a_warning_and_the_stored_tolerance_alo
     history = SessionHistory(str(broken), None, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])
     with pytest.warns(SessionSpreadWarning, match="c-cpu: the spread between sessions was not read .*the stored "
                                                   "tolerance alone judges"):
+        assert history(100.0) == {}
+
+
+def test_older_records_in_the_history_are_read_and_a_newer_one_is_refused_naming_its_row(tmp_path):
+    from perfgate.judge.gate import SessionSpreadWarning
+    from perfgate.trend.spreads import SessionHistory
+
+    url = str(tmp_path / "history.db")
+    database = ResultsDatabase(url)
+    database.record([result(value=100.0)], CONTEXT)
+    database.close()
+    older = json.loads((Path(__file__).parent / "records" / "result-v1.json").read_text())
+    engine = sa.create_engine(url_of(url))
+    with engine.begin() as connection:
+        stored = connection.execute(sa.text("SELECT id, record FROM perfgate_results")).one()
+        connection.execute(sa.text("UPDATE perfgate_results SET record = :record WHERE id = :id"),
+                           {"record": json.dumps({**older, "case": "c-cpu", "hardware_class": "hw"}), "id": stored.id})
+    database = ResultsDatabase(url)
+    [(key, read)] = database.records("c-cpu", "hw").items()
+    assert (key, read.reference["revision"], database.compared_with_a_reference("c-cpu", "hw")) == (
+        stored.id, "HEAD", {stored.id})
+    database.record([dataclasses.replace(result(value=101.0), schema_version=99)], CONTEXT)
+    database.close()
+    engine.dispose()
+    history = SessionHistory(url, None, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])
+    with pytest.warns(SessionSpreadWarning, match=r"c-cpu: the spread between sessions was not read \(result 2 in "
+                                                  r".*history.db has result schema version 99; this perfgate reads "
+                                                  r"versions 1 to 2: upgrade perfgate to read it\)"):
         assert history(100.0) == {}
 
 

@@ -75,9 +75,9 @@ class Bisect:
         record = outcome.results.get(test)
         if record is None:
             return Measured(candidate, reference, "error", (), 0, outcome.seconds, self.commits[candidate].short)
-        pairs = len((record.get("reference") or {}).get("per_run") or [])
-        return Measured(candidate, reference, record.get("verdict", "error"), tuple(record.get("metrics") or ()),
-                        pairs, outcome.seconds, self.commits[candidate].short)
+        pairs = len((record.reference or {}).get("per_run") or [])
+        return Measured(candidate, reference, record.verdict, tuple(record.metrics), pairs, outcome.seconds,
+                        self.commits[candidate].short)
 
     def ends(self) -> tuple[list[CaseSearch], list[str], int]:
         """BAD against GOOD: the cases that slowed down (each to search), a line for each that did not, and whether
@@ -91,25 +91,25 @@ class Bisect:
         for test, record in sorted(outcome.results.items()):
             measured = self.measured(outcome, test, len(self.commits) - 1, 0)
             rows = [row for row in measured.rows if row.get("verdict") == "FAIL"]
-            if record["verdict"] == "FAIL" and rows:
+            if record.verdict == "FAIL" and rows:
                 steps = [Step(row["metric"], METRICS[row["metric"]].better,
                               worse_interval(row, METRICS[row["metric"]].better)[0]) for row in rows]
-                search = CaseSearch(test, record["case"], steps, Search(len(self.commits)), self.commits, [measured])
-                lines.append(f"{record['case']}: slower between GOOD and BAD: {bisection.changes(measured.rows)}")
+                search = CaseSearch(test, record.case, steps, Search(len(self.commits)), self.commits, [measured])
+                lines.append(f"{record.case}: slower between GOOD and BAD: {bisection.changes(measured.rows)}")
                 searches.append(search)
-            elif record["verdict"] in ("pass", "stale", "unresolved"):
-                unproven = record["verdict"] == "unresolved" or any("not significant yet" in (row.get("reason") or "")
+            elif record.verdict in ("pass", "stale", "unresolved"):
+                unproven = record.verdict == "unresolved" or any("not significant yet" in (row.get("reason") or "")
                                                                     for row in measured.rows)
                 if unproven:
                     answered = False
-                    lines.append(f"{record['case']}: an unproven slowdown between GOOD and BAD after {measured.pairs} "
+                    lines.append(f"{record.case}: an unproven slowdown between GOOD and BAD after {measured.pairs} "
                                  f"pairs: {bisection.changes(measured.rows)}; raise --bisect-max-pairs")
                 else:
-                    lines.append(f"{record['case']}: no slowdown between GOOD and BAD: "
+                    lines.append(f"{record.case}: no slowdown between GOOD and BAD: "
                                  f"{bisection.changes(measured.rows)}")
             else:
-                raise BisectUsageError(f"{record['case']}: GOOD or BAD itself does not run ({record['verdict']}): "
-                                       f"{(record.get('message') or '').splitlines()[0] if record.get('message') else ''}"
+                raise BisectUsageError(f"{record.case}: GOOD or BAD itself does not run ({record.verdict}): "
+                                       f"{record.message.splitlines()[0] if record.message else ''}"
                                        f" (log: {outcome.log})")
         for line in lines:
             self.say(f"perfgate bisect: {line}")

@@ -18,7 +18,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
+
+from perfgate.bisect.commits import BisectUsageError
+from perfgate.result import Result
 
 STOP_GRACE_S = 30.0
 """How long a stopped session may take to kill its case's processes before it is killed."""
@@ -28,7 +31,7 @@ STOP_GRACE_S = 30.0
 class Outcome:
     """What one session said: each case's result record, by test id, and how it ended."""
 
-    results: dict[str, dict[str, Any]]
+    results: dict[str, Result]
     exit_code: int
     seconds: float
     log: Path
@@ -65,8 +68,13 @@ class Sessions:
                                             env={**os.environ, "TMPDIR": str(tmp)})
             exit_code = self.process.wait()
         self.process = None
-        found = json.loads(results.read_text())["results"] if results.exists() else []
-        return Outcome({record["test"]: record for record in found}, exit_code, time.monotonic() - began, log)
+        try:
+            found = [Result.from_json(record, f"a result in {results}")
+                     for record in (json.loads(results.read_text())["results"] if results.exists() else [])]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BisectUsageError(f"the session in {tree} wrote results this perfgate cannot read: {exc} (its log: "
+                                   f"{log})") from None
+        return Outcome({record.test: record for record in found}, exit_code, time.monotonic() - began, log)
 
     def stop(self) -> None:
         """Ends the running session as CI cancels a job: SIGTERM (the plugin kills its case's processes), then, after

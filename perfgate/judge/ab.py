@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
@@ -28,6 +28,7 @@ from perfgate.measure.duet import launch_together
 from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed
+from perfgate.result import Result
 
 
 RESOLVE_PAIRS = 20
@@ -116,28 +117,28 @@ class ABGate(Gate):
     def duet(self) -> bool:
         return runs_duet(self.settings, self.plan.run.kind)
 
-    def check(self) -> dict[str, Any]:
+    def check(self) -> Result:
         if self.settings.ab_duet and self.plan.run.kind == "gpu":
             raise CaseFailed(f"{self.plan.run.key}: --perf-ab-duet launches both sides of a pair at once, and on a GPU "
                              "flavour they would share its GPUs, each measuring the other's work: leave --perf-ab-duet "
                              "out for GPU cases (-m gpu), or select CPU flavours (-m cpu)")
         self.started, self.pair_seconds = self.clock(), []
         if self.duet:
-            self.result["duet"] = True
+            self.result.duet = True
         try:
             for _ in range(self.settings.repeats):
                 self._pair(self.settings.repeats)
             return self.judge(self.reference.load(), self.measurer.measurement)
         finally:
-            self.result["time_to_verdict_s"] = round(self.clock() - self.started, 1)
+            self.result.time_to_verdict_s = round(self.clock() - self.started, 1)
             revision = self.reference.revision
-            self.result["reference"] = {
+            self.result.reference = {
                 "revision": revision.name, "commit": revision.commit,
                 "command": self.reference.measurer.measurement.command,
                 "per_run": self.reference.measurer.measurement.runs,
             }
             if revision.python is not None:
-                self.result["reference"].update(python=revision.python, environment=revision.environment)
+                self.result.reference.update(python=revision.python, environment=revision.environment)
 
     def may_measure_more(self, measurement: Measurement, cap: int) -> bool:
         """Within the pair cap and, under --perf-ab-budget, when one more pair of the mean length so far ends in time;
@@ -150,7 +151,7 @@ class ABGate(Gate):
         next_pair_ends = self.clock() - self.started + statistics.fmean(self.pair_seconds)
         if next_pair_ends <= budget:
             return True
-        self.result["ab_budget_stop"] = (f"no pair {len(self.pair_seconds) + 1}: it would end {next_pair_ends:.0f} s "
+        self.result.ab_budget_stop = (f"no pair {len(self.pair_seconds) + 1}: it would end {next_pair_ends:.0f} s "
                                          f"after the case began, past --perf-ab-budget {budget:g} s")
         return False
 

@@ -16,6 +16,7 @@ from perfgate.measure import gpu_monitor, stats
 from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed
+from perfgate.result import Result
 
 
 class BaselineUpdate:
@@ -33,7 +34,7 @@ class BaselineUpdate:
         self._pytest_args = pytest_args
         self._nvml = nvml
 
-    def run(self, old: baselines.Baseline | None) -> dict[str, Any]:
+    def run(self, old: baselines.Baseline | None) -> Result:
         self.refuse_foreign_overwrite(old)
         return self.update(old, self.measure_baseline())
 
@@ -66,7 +67,7 @@ class BaselineUpdate:
         raise CaseFailed(f"{plan.run.key}: refusing to overwrite {self.where}: it holds {reason}. "
                          "Pass --force-baseline-update to replace it anyway.")
 
-    def update(self, old: baselines.Baseline | None, measurement: Measurement) -> dict[str, Any]:
+    def update(self, old: baselines.Baseline | None, measurement: Measurement) -> Result:
         """Writes the runs, less the disturbed ones, as the new baseline; the result shows old against new."""
         dropped = measurement.disturbed(self.gated.floors())
         new = self.new_baseline(measurement, dropped)
@@ -80,7 +81,8 @@ class BaselineUpdate:
                 "baseline": before.value if before else None,
                 "change": (ref.value - before.value) / before.value if before else None, "verdict": "updated",
             })
-        self.result.update(verdict="updated", metrics=rows, disturbed_runs=len(dropped))
+        self.result.metrics, self.result.disturbed_runs = rows, len(dropped)
+        self.result.conclude("updated")
         return self.result
 
     def new_baseline(self, measurement: Measurement, dropped: list[int]) -> baselines.Baseline:

@@ -24,6 +24,7 @@ from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, metrics, stats
 from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
+from perfgate.result import Result
 
 
 def undecided(outcomes: set[str]) -> bool:
@@ -129,7 +130,7 @@ class Gate:
         self._pytest_args = pytest_args
         self._nvml = nvml
 
-    def check(self) -> dict[str, Any]:
+    def check(self) -> Result:
         """Gates the case, or updates its baseline; raises CaseFailed or CaseSkipped where that is the outcome."""
         run, settings = self.plan.run, self.settings
         try:
@@ -149,7 +150,7 @@ class Gate:
             return self.no_baseline(self.measurer.measure(min(settings.repeats, NO_BASELINE_RUNS)))
         return self.judge(baseline, self.measurer.measure(settings.repeats))
 
-    def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, Any]:
+    def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> Result:
         """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""
         plan, result, cap = self.plan, self.result, self.repeat_cap()
         self.gated.note_ungated([name for name in plan.run.gated if name not in baseline.metrics],
@@ -169,21 +170,21 @@ class Gate:
         spreads = self.spreads(measurement.medians().get(metrics.CALIBRATION_PROBE))
         outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts,
                                                          [stats.settle(v.decision).outcome for v in verdicts], machine)
-        result["metrics"] = [{**verdict_row(v, outcome), "run_values": current[v.metric],
+        result.metrics = [{**verdict_row(v, outcome), "run_values": current[v.metric],
                               "baseline_runs": list(baseline.metrics[v.metric].samples)}
                              for v, outcome in zip(verdicts, outcomes)]
         if spread_rows:
-            result["session_spread"] = spread_rows
+            result.session_spread = spread_rows
         if drop_rows:
-            result["machine_drop"] = drop_rows
+            result.machine_drop = drop_rows
         self.check_plant(verdicts, measurement)
         planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
                    if self.settings.inject_slowdown else "")
-        details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.get("calibration"))
+        details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.calibration)
                             + [f"  {session_spread.describe(row)}" for row in spread_rows]
                             + [f"  {machine_drop.describe(row)}" for row in drop_rows])
         if "FAIL" in outcomes:
-            result["verdict"] = "FAIL"
+            result.conclude("FAIL")
             raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{planted}\n{details}\n"
                              f"{machine_speed(baseline, measurement)}baseline: {self.reference.where}\n"
                              f"command: {measurement.command}\nlogs kept in {plan.spec.workdir}")
@@ -191,7 +192,7 @@ class Gate:
         if within_spread or drop_rows:
             return self.left_unresolved(f"{planted}\n{details}", within_spread, bool(drop_rows))
         if "stale" in outcomes:
-            result["verdict"] = "stale"
+            result.conclude("stale")
             what, advice = self.reference.when_faster
             message = (f"{plan.run.key}: {what} on {plan.hardware_class}{planted}: significantly faster than "
                        f"{self.reference.where} allows\n{details}\n{advice}")
@@ -201,31 +202,31 @@ class Gate:
             return result
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
-        result["verdict"] = "pass"
+        result.conclude("pass")
         if session_spread.too_wide(spread_rows):
             warnings.warn(SessionSpreadWarning(
                 f"{plan.run.key}: passed on {plan.hardware_class}, but this machine's sessions spread wider than the "
-                f"stored tolerance{planted}\n{details}\n{session_spread.ab_instead(result.get('test', plan.run.key))}"))
+                f"stored tolerance{planted}\n{details}\n{session_spread.ab_instead(result.test)}"))
         return result
 
-    def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> dict[str, Any]:
+    def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> Result:
         """A regression beyond the stored tolerance that this machine explains as well as the code: within how far
         unchanged sessions of the case stray here (1 in 20 reads that far), or a wall-clock drop that the probe's
         matches while the CPU clock held. Neither a FAIL nor a pass."""
         plan = self.plan
-        self.result["verdict"] = "unresolved"
+        self.result.conclude("unresolved")
         why = [reason for reason, holds in (
             ("within how far this case moves between unchanged sessions here", within_spread),
             ("the machine ran slower by as much while the CPU clock held", machine_dropped)) if holds]
         message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but "
-                   f"{' and '.join(why)}{details}\n{session_spread.ab_instead(self.result.get('test', plan.run.key))}")
+                   f"{' and '.join(why)}{details}\n{session_spread.ab_instead(self.result.test)}")
         if self.settings.fail_unresolved:
             raise CaseFailed(message)
         warnings.warn(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
         return self.result
 
     def unresolved(self, verdicts: list[baselines.MetricVerdict], baseline: baselines.Baseline,
-                   current: dict[str, list[float]], details: str) -> dict[str, Any]:
+                   current: dict[str, list[float]], details: str) -> Result:
         """A verdict whose runs ran out before they could rule out the slowdown asked about: how large a slowdown it
         could have missed, and about how many pairs would have settled it."""
         rows = []
@@ -234,7 +235,8 @@ class Gate:
                 rows.append({"metric": v.metric, "could_miss": v.comparison.worse(v.better)[2], "pairs": v.runs,
                              "pairs_needed": stats.pairs_to_resolve(baseline.metrics[v.metric].samples,
                                                                     current[v.metric], v.better, self.resolution)})
-        self.result["unresolved"], self.result["verdict"] = rows, "unresolved"
+        self.result.unresolved = rows
+        self.result.conclude("unresolved")
         needed = [row["pairs_needed"] for row in rows]
         more = "more pairs" if None in needed else f"about {max(needed)} pairs"
         reach = ", ".join(f"{row['could_miss']:.1%} on {row['metric']}" for row in rows)
@@ -254,7 +256,7 @@ class Gate:
         if not fraction:
             return
         rows = plant_check(fraction, verdicts, measurement.values("planted_fraction"))
-        self.result["plant"] = rows
+        self.result.plant = rows
         for row in rows:
             if not row["took"]:
                 applied = "" if row["applied"] is None else f" (the runs applied {row['applied']:.1%})"
@@ -292,16 +294,16 @@ class Gate:
         if len(readings) < len(measurement.runs):
             raise CaseFailed(f"{key}: --perf-calibrate needs the machine-speed probe ({probe}) of every run, and "
                              "this workload records none; run it without --perf-calibrate")
-        self.result["calibration"] = {"probe": probe, "baseline": reference, "runs": readings}
+        self.result.calibration = {"probe": probe, "baseline": reference, "runs": readings}
         now = stats.median(readings)
         return {name: [metrics.calibrated(name, value, now, reference) for value in measurement.values(name)]
                 for name in baseline.metrics}
 
-    def no_baseline(self, measurement: Measurement) -> dict[str, Any]:
+    def no_baseline(self, measurement: Measurement) -> Result:
         """Nothing to judge against: the measurement is reported, and the case skipped with how to create one."""
         plan, measured = self.plan, measurement.medians()
-        self.result["verdict"] = "no-baseline"
-        self.result["metrics"] = [
+        self.result.conclude("no-baseline")
+        self.result.metrics = [
             {"metric": name, "unit": self.gated.unit(name), "measured": measured[name], "verdict": "no-baseline",
              "run_values": measurement.values(name)}
             for name in self.gated.measured(measurement)

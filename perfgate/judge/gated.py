@@ -4,7 +4,6 @@ tolerances. Judging a case and writing its baseline both ask."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 from perfgate.launch.plan import Plan
 from perfgate.measure import metrics
@@ -12,6 +11,7 @@ from perfgate.measure.measurer import Measurement
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed
 from perfgate.records import host_wait
+from perfgate.result import Result
 
 
 class UngatedMetricWarning(UserWarning):
@@ -34,7 +34,7 @@ def why_absent(measurement: Measurement, name: str) -> str:
 class GatedMetrics:
     """The gated metrics of ``plan``'s case; what is left out is noted in ``result`` (its ``ungated`` rows)."""
 
-    def __init__(self, plan: Plan, result: dict[str, Any]) -> None:
+    def __init__(self, plan: Plan, result: Result) -> None:
         self.plan = plan
         self.result = result
 
@@ -67,5 +67,5 @@ class GatedMetrics:
         """Says, in result.json and with a warning, which gated metrics were left out and why."""
         if not names:
             return
-        self.result.setdefault("ungated", []).extend({"metric": name, "why": why} for name in names)
+        self.result.ungated.extend({"metric": name, "why": why} for name in names)
         warnings.warn(UngatedMetricWarning(f"{self.plan.run.key}: {', '.join(names)} not gated: {why}"))

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from perfgate.judge import baselines
 from perfgate.measure.metrics import METRICS
+from perfgate.result import Result
 
 SCHEMA = 1
 RATES = ("samples_per_second",)
@@ -97,12 +98,12 @@ def _per_rank(metric: str, this: float, theirs: float, world: int, their_world: 
     return None
 
 
-def against_baselines(result: dict[str, Any], baseline_dir: Path) -> list[dict[str, Any]]:
+def against_baselines(result: Result, baseline_dir: Path) -> list[dict[str, Any]]:
     """The case's throughput (or, for a published-style baseline, its gated metrics) against every other class."""
-    measured, world = result.get("measured") or {}, int(result["world_size"])
+    measured, world = result.measured, int(result.world_size)
     rows = []
-    for path in sorted(baseline_dir.glob(f"*/{result['case']}.json")):
-        if path.parent.name == result["hardware_class"]:
+    for path in sorted(baseline_dir.glob(f"*/{result.case}.json")):
+        if path.parent.name == result.hardware_class:
             continue
         try:
             other = baselines.load(path)
@@ -130,11 +131,11 @@ def against_baselines(result: dict[str, Any], baseline_dir: Path) -> list[dict[s
     return rows
 
 
-def against_published(result: dict[str, Any], figures: Sequence[PublishedFigure]) -> list[dict[str, Any]]:
-    measured, world = result.get("measured") or {}, int(result["world_size"])
+def against_published(result: Result, figures: Sequence[PublishedFigure]) -> list[dict[str, Any]]:
+    measured, world = result.measured, int(result.world_size)
     rows = []
     for figure in figures:
-        if not figure.matches(result["case"]) or not measured.get(figure.metric):
+        if not figure.matches(result.case) or not measured.get(figure.metric):
             continue
         basis = _per_rank(figure.metric, measured[figure.metric], figure.value, world, figure.gpus)
         if basis:
@@ -143,9 +144,9 @@ def against_published(result: dict[str, Any], figures: Sequence[PublishedFigure]
     return rows
 
 
-def comparisons(result: dict[str, Any], baseline_dir: Path, figures: Sequence[PublishedFigure]) -> list[dict[str, Any]]:
+def comparisons(result: Result, baseline_dir: Path, figures: Sequence[PublishedFigure]) -> list[dict[str, Any]]:
     """Every comparison the case's measurement allows; none for a case that measured nothing."""
-    if not result.get("measured"):
+    if not result.measured:
         return []
     return against_baselines(result, baseline_dir) + against_published(result, figures)
 

@@ -102,4 +102,4 @@ def measure_within(measurer: Measurer, span: tuple[float, float]) -> None:
     measured = metrics.compute(kept, measurer.plan.warmup, measurer.plan.world_size).as_dict()
     measured["total_time_secs"] = run["metrics"]["total_time_secs"]
     run["metrics"] = measured
-    measurer.result["measured"] = measurer.measurement.medians()
+    measurer.result.measured = measurer.measurement.medians()

@@ -27,6 +27,7 @@ from perfgate.measure.metrics import METRICS
 from perfgate.measure.progress import Progress
 from perfgate.outcome import CaseFailed
 from perfgate.records.steps import RecordsError, RunRecords
+from perfgate.result import Result
 
 Say = Callable[[str, bool], None]
 """Writes a progress line to the terminal; True overwrites the previous one."""
@@ -112,13 +113,13 @@ class Measurement:
 class Measurer:
     """Launches a planned case run after run; ``result`` is the case's record, filled in as runs finish."""
 
-    def __init__(self, plan: Plan, result: dict[str, Any], *, launcher: NodeLauncher, root: Path,
+    def __init__(self, plan: Plan, result: Result, *, launcher: NodeLauncher, root: Path,
                  inject_slowdown: float = 0.0, nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml,
                  say: Say | None = None, tty: bool = False, label: str | None = None) -> None:
         self.plan = plan
         self.result = result
         self.measurement = Measurement()
-        result["per_run"] = self.measurement.runs
+        result.per_run = self.measurement.runs
         self._launcher = launcher
         self._root = root
         self._inject_slowdown = inject_slowdown
@@ -171,10 +172,9 @@ class Measurer:
                 measurement.command = self._portable(shlex.join(failure.commands[0]), run_dir)
             self._diverged_first(run_dir, index, argv, failure)
             if not self._failed_in_teardown(run_dir, index, failure):
-                result["verdict"] = failure.kind
                 raise CaseFailed(f"{self.label}: {failure.kind} in run {index + 1}: {failure.message}\n"
                                  f"{plant_refused(failure.message, plan.run.case.inject_flag)}"
-                                 f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}") from None
+                                 f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}", failure.kind) from None
             commands = failure.commands
         finally:
             if self._tty:
@@ -189,9 +189,8 @@ class Measurer:
             measured = metrics.compute(records, plan.warmup, plan.world_size).as_dict()
             self.last_records = records
         except metrics.DivergedError as exc:
-            result["verdict"] = "diverged"
             raise CaseFailed(f"{self.label}: diverged in run {index + 1}: {exc}\n"
-                             f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}") from None
+                             f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}", "diverged") from None
         except (RecordsError, metrics.MetricsError, ValueError) as exc:
             raise CaseFailed(f"{self.label}: run {index + 1} finished but gave no measurement: {exc}\n"
                              f"logs kept in {run_dir}") from None
@@ -208,14 +207,14 @@ class Measurer:
         if samples is not None:
             in_window = window.samples(samples)
             measurement.gpu_samples.extend(in_window)
-            result["gpu"] = gpu_monitor.summarize(measurement.gpu_samples)
+            result.gpu = gpu_monitor.summarize(measurement.gpu_samples)
             run["gpu_samples"] = gpu_monitor.timeline(in_window, window.start)
         if problems:
-            result["gpu_monitor"] = "; ".join(problems)
+            result.gpu_monitor = "; ".join(problems)
         measurement.runs.append(run)
         self._say_compile_cache_bypassed(run)
-        result["measured"] = measurement.medians()
-        result["runs"] = len(measurement.runs)
+        result.measured = measurement.medians()
+        result.runs = len(measurement.runs)
 
     def _say_compile_cache_bypassed(self, run: dict[str, Any]) -> None:
         """A warm start that compiles anyway costs nearly what a cold one does: say so, rather than bill it silently."""
@@ -229,13 +228,13 @@ class Measurer:
     def finish(self, min_gpu_util: float) -> None:
         """Flags GPUs that idled and writes ``result.json`` (the record, the command and every run) next to
         the runs' directories, whatever the outcome."""
-        gpu = self.result.get("gpu")
+        gpu = self.result.gpu
         if gpu and gpu["mean_utilization"] is not None and gpu["mean_utilization"] < min_gpu_util:
             warnings.warn(LowGpuUtilizationWarning(
-                f"{self.result['case']}: the least busy GPU was utilised {gpu['mean_utilization']:.0%} of the "
+                f"{self.result.case}: the least busy GPU was utilised {gpu['mean_utilization']:.0%} of the "
                 f"measured window (< {min_gpu_util:.0%}, --perf-min-gpu-util): the case is bound by something other "
                 "than the GPU (input pipeline, host, communication); see the benchy IO / SYNTHETIC columns"))
-        record = {**self.result, "command": self.measurement.command}
+        record = self.result.to_json(command=self.measurement.command)
         (self.plan.spec.workdir / "result.json").write_text(json.dumps(record, indent=2) + "\n")
 
     def _diverged_first(self, run_dir: Path, index: int, argv: list[str], failure: LaunchFailed) -> None:
@@ -245,10 +244,9 @@ class Measurer:
         try:
             metrics.check_finite(self.plan.run.case.records.read(run_dir))
         except metrics.DivergedError as exc:
-            self.result["verdict"] = "diverged"
             raise CaseFailed(f"{self.label}: diverged in run {index + 1}: {exc}; then {failure.kind}: "
                              f"{failure.message.splitlines()[0]}\nconfiguration: {shlex.join(argv)}\n"
-                             f"logs kept in {run_dir}") from None
+                             f"logs kept in {run_dir}", "diverged") from None
         except (RecordsError, OSError):
             return
 
@@ -265,7 +263,7 @@ class Measurer:
             return False
         if finished:
             cause = failure.message.splitlines()[0]
-            self.result.setdefault("teardown_failures", []).append({"run": index, "kind": failure.kind, "cause": cause})
+            self.result.teardown_failures.append({"run": index, "kind": failure.kind, "cause": cause})
             warnings.warn(TeardownFailureWarning(
                 f"{self.plan.run.key}: run {index + 1} finished its steps and end record, then {failure.kind} in "
                 f"teardown: {cause} The measurement is kept; a rank that cannot exit cleanly is worth a look: logs "
@@ -282,7 +280,7 @@ class Measurer:
             return
         nvml, why_not = self._nvml()
         if nvml is None:
-            self.result["gpu_monitor"] = why_not
+            self.result.gpu_monitor = why_not
             yield None
             return
         devices = [d for node in plan.spec.devices_per_node or [] for d in node.split(",")]

@@ -8,9 +8,10 @@ to it, ending with where the plots are.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from perfgate.report import markdown, plots
+from perfgate.result import Result
 
 if TYPE_CHECKING:
     from perfgate.config.settings import Settings
@@ -24,7 +25,7 @@ class ReportDirectory:
         self.step_summary = Path(step_summary) if step_summary else None
         self.create_baselines = create_baselines
 
-    def write(self, results: Sequence[dict[str, Any]], settings: Settings) -> None:
+    def write(self, results: Sequence[Result], settings: Settings) -> None:
         if not results:
             return
         pictures = plots.draw(results, self.directory)

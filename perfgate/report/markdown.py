@@ -3,9 +3,10 @@ tables as the terminal's (report/tables.py), so both say the same thing."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from perfgate.report.tables import create_baselines_line, environment_lines, sections, title, window_share_line
+from perfgate.result import Result
 
 if TYPE_CHECKING:
     from perfgate.config.settings import Settings
@@ -19,21 +20,21 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
     return [cells(header), "|" + "---|" * len(header), *(cells(row) for row in rows)]
 
 
-def verdict_line(results: Sequence[dict[str, Any]]) -> str:
+def verdict_line(results: Sequence[Result]) -> str:
     counts: dict[str, int] = {}
     for result in results:
-        counts[result["verdict"]] = counts.get(result["verdict"], 0) + 1
+        counts[result.verdict] = counts.get(result.verdict, 0) + 1
     return "**Verdicts:** " + ", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items()))
 
 
-def summary(results: Sequence[dict[str, Any]], settings: Settings,
+def summary(results: Sequence[Result], settings: Settings,
             pictures: dict[str, list[str]] | None = None, create_baselines: str | None = None) -> str:
     """The whole summary: the terminal's tables (report/tables.py), each under its heading; each failure's message;
     ``pictures`` (case or family -> relative PNG paths) linked under their own heading; it ends with the command
     that creates missing baselines."""
-    results = sorted(results, key=lambda r: r["case"])
+    results = sorted(results, key=lambda r: r.case)
     lines = [f"## {title(results, settings)}", "", verdict_line(results), ""]
-    paired = [r for r in results if r.get("reference")]
+    paired = [r for r in results if r.reference]
     if paired and environment_lines(paired):
         lines += [*(f"- {line}" for line in environment_lines(paired)), ""]
     for shown in sections(results, settings):
@@ -43,14 +44,14 @@ def summary(results: Sequence[dict[str, Any]], settings: Settings,
     if share:
         lines += [f"**{share[0].upper()}{share[1:]}**", ""]
     for result in results:
-        if result.get("message"):
-            lines += [f"<details><summary>{result['case']}: {result['verdict']}</summary>", "", "```",
-                      result["message"], "```", "", "</details>", ""]
+        if result.message:
+            lines += [f"<details><summary>{result.case}: {result.verdict}</summary>", "", "```",
+                      result.message, "```", "", "</details>", ""]
     if pictures:
         lines += ["### Plots", ""]
         for subject, paths in sorted(pictures.items()):
             lines += [f"**{subject}**", "", *(f"![{subject}: {path}]({path})" for path in paths), ""]
-    missing = [r for r in results if r["verdict"] == "no-baseline"]
+    missing = [r for r in results if r.verdict == "no-baseline"]
     if missing:
         text, command = create_baselines_line(missing, settings, create_baselines).split("\n")
         lines += [f"**{text}**", "", "```", command.strip(), "```", ""]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from perfgate.report import tables
+from perfgate.result import Result
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -38,13 +39,13 @@ def series_label(case: str, hardware_class: str, metric: str | None = None) -> s
     return f"{case} @ {hardware_class}" + (f": {metric}" if metric else "")
 
 
-def _reference_name(result: dict[str, Any]) -> str:
-    return result["reference"]["revision"] if result.get("reference") else "baseline"
+def _reference_name(result: Result) -> str:
+    return result.reference["revision"] if result.reference else "baseline"
 
 
-def timeline(result: dict[str, Any]) -> Figure | None:
+def timeline(result: Result) -> Figure | None:
     """Step time against step number for every run (an A/B reference's runs dashed); None without steps."""
-    runs = result.get("per_run") or []
+    runs = result.per_run
     if not runs:
         return None
     figure, axes = _figure()
@@ -56,25 +57,25 @@ def timeline(result: dict[str, Any]) -> Figure | None:
     ax.axvline(steps - 0.5, color="0.3", linestyle=":", linewidth=1, label="measured window")
     for run in runs:
         ax.plot([t * 1000 for t in run["step_times_s"]], marker=".", linewidth=1, label=f"run {run['run'] + 1}")
-    for run in (result.get("reference") or {}).get("per_run", []):
+    for run in (result.reference or {}).get("per_run", []):
         ax.plot([t * 1000 for t in run["step_times_s"]], color="0.5", linestyle="--", linewidth=1,
                 label=f"{_reference_name(result)} run {run['run'] + 1}")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("step time (ms)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{result['case']}: step times of {len(runs)} run(s) ({result['verdict']})")
+    ax.set_title(f"{result.case}: step times of {len(runs)} run(s) ({result.verdict})")
     ax.legend(fontsize="small", ncols=2)
     return figure
 
 
-def against_baseline(result: dict[str, Any]) -> Figure | None:
+def against_baseline(result: Result) -> Figure | None:
     """Per gated metric, this session's runs beside the baseline's (or the A/B reference's) runs, with the
     band the tolerance allows around the baseline's median; None if no metric has run values."""
-    rows = [row for row in result.get("metrics", []) if row.get("run_values")]
+    rows = [row for row in result.metrics if row.get("run_values")]
     if not rows:
         return None
     figure, axes = _figure(1, len(rows))
-    reference, ab = _reference_name(result), bool(result.get("reference"))
+    reference, ab = _reference_name(result), bool(result.reference)
     for ax, row in zip(axes[0], rows):
         unit = row.get("unit") or "-"
         center = row.get("baseline") if row.get("baseline_runs") else row.get("measured")
@@ -101,11 +102,11 @@ def against_baseline(result: dict[str, Any]) -> Figure | None:
         ax.set_xlim(-0.6, 1.6)
         ax.set_xlabel("one point per torchrun launch")
         ax.set_ylabel(f"{row['metric']} ({unit})")
-        ax.set_title(f"{row['metric']}: {row.get('verdict', result['verdict'])}", fontsize="medium")
+        ax.set_title(f"{row['metric']}: {row.get('verdict', result.verdict)}", fontsize="medium")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
     against = f"{reference} (A/B, measured beside them)" if ab else "the baseline"
-    figure.suptitle(f"{result['case']}: runs against {against}")
+    figure.suptitle(f"{result.case}: runs against {against}")
     return figure
 
 
@@ -133,9 +134,9 @@ def scaling(family: str, by_size: dict[int, float], cases: Sequence[str]) -> Fig
     return figure
 
 
-def gpu(result: dict[str, Any]) -> Figure | None:
+def gpu(result: Result) -> Figure | None:
     """Each GPU's utilisation and power over each run's measured window (NVML samples); None without samples."""
-    runs = [run for run in result.get("per_run", []) if run.get("gpu_samples")]
+    runs = [run for run in result.per_run if run.get("gpu_samples")]
     if not runs:
         return None
     figure, axes = _figure(2, 1, height=HEIGHT * 1.3)
@@ -150,7 +151,7 @@ def gpu(result: dict[str, Any]) -> Figure | None:
                        [s["power_w"] for s in mine if s["power_w"] is not None], label=label)
     utilization.set_ylabel("GPU utilisation (%)")
     utilization.set_ylim(0, 105)
-    utilization.set_title(f"{result['case']}: GPU utilisation and power over the measured window")
+    utilization.set_title(f"{result.case}: GPU utilisation and power over the measured window")
     power.set_ylabel("power (W)")
     power.set_ylim(bottom=0)
     power.set_xlabel("time since the measured window opened (s)")
@@ -158,7 +159,7 @@ def gpu(result: dict[str, Any]) -> Figure | None:
     return figure
 
 
-def draw(results: Sequence[dict[str, Any]], directory: Path) -> dict[str, list[str]]:
+def draw(results: Sequence[Result], directory: Path) -> dict[str, list[str]]:
     """Draws every picture the results allow into ``directory``; returns subject -> PNG names."""
     directory.mkdir(parents=True, exist_ok=True)
     pictures: dict[str, list[str]] = {}
@@ -168,12 +169,12 @@ def draw(results: Sequence[dict[str, Any]], directory: Path) -> dict[str, list[s
             figure.savefig(directory / name, dpi=100)
             pictures.setdefault(subject, []).append(name)
 
-    for result in sorted(results, key=lambda r: r["case"]):
-        case = result["case"]
+    for result in sorted(results, key=lambda r: r.case):
+        case = result.case
         save(case, f"{case}-timeline.png", timeline(result))
         save(case, f"{case}-runs.png", against_baseline(result))
         save(case, f"{case}-gpu.png", gpu(result))
     for family, by_size in tables.scaling_families(results).items():
-        cases = sorted(r["case"] for r in results if tables.scaling_family(r) == family)
+        cases = sorted(r.case for r in results if tables.scaling_family(r) == family)
         save(family, f"{family}-scaling.png", scaling(family, by_size, cases))
     return pictures

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+from perfgate.result import Result
 
 if TYPE_CHECKING:
     from perfgate.config.settings import Settings
@@ -21,8 +23,8 @@ class ResultsFile:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def write(self, results: Sequence[dict[str, Any]], settings: Settings) -> None:
+    def write(self, results: Sequence[Result], settings: Settings) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name(self.path.name + ".partial")
-        partial.write_text(json.dumps({"results": list(results)}, indent=2, default=str) + "\n")
+        partial.write_text(json.dumps({"results": [result.to_json() for result in results]}, indent=2) + "\n")
         partial.replace(self.path)

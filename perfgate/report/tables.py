@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from perfgate.launch import environment
 from perfgate.measure.progress import clock
+from perfgate.result import Result
 
 if TYPE_CHECKING:
     from perfgate.config.settings import Settings
@@ -16,61 +17,61 @@ if TYPE_CHECKING:
 VERDICT_HEADER = ("case", "metric", "measured", "baseline", "change", "verdict")
 
 
-def summary_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+def summary_rows(results: Sequence[Result]) -> list[list[str]]:
     rows = []
     for result in results:
-        metrics = result.get("metrics") or [{}]
+        metrics = result.metrics or [{}]
         for metric in metrics:
             change = metric.get("change")
             rows.append([
-                result["case"],
+                result.case,
                 metric.get("metric", "-"),
                 number(metric.get("measured"), metric.get("unit", "")),
                 number(metric.get("baseline"), metric.get("unit", "")),
                 "-" if change is None else f"{change:+.1%}",
-                metric.get("verdict", result["verdict"]),
+                metric.get("verdict", result.verdict),
             ])
     return rows
 
 
-def ab_title(paired: Sequence[dict[str, Any]]) -> str:
+def ab_title(paired: Sequence[Result]) -> str:
     """What an A/B session compared: two commits, or this environment and another interpreter."""
-    first, ref = paired[0], paired[0]["reference"]
+    first, ref = paired[0], paired[0].reference
     if ref.get("python"):
-        return f", this Python environment vs python {ref['python']} ({(first.get('candidate_commit') or '-')[:12]})"
-    return f", {(first.get('candidate_commit') or '?')[:12]} vs {ref['revision']} ({ref['commit'][:12]})"
+        return f", this Python environment vs python {ref['python']} ({(first.candidate_commit or '-')[:12]})"
+    return f", {(first.candidate_commit or '?')[:12]} vs {ref['revision']} ({ref['commit'][:12]})"
 
 
-def environment_lines(paired: Sequence[dict[str, Any]]) -> list[str]:
+def environment_lines(paired: Sequence[Result]) -> list[str]:
     """Under --perf-against-python: what each side's interpreter holds."""
     first = paired[0]
-    if not first["reference"].get("environment") or not first.get("environment"):
+    if not first.reference.get("environment") or not first.environment:
         return []
-    return [f"this environment: {environment.summary(first['environment'])} ({first['environment']['executable']})",
-            f"reference environment: {environment.summary(first['reference']['environment'])} "
-            f"({first['reference']['python']})"]
+    return [f"this environment: {environment.summary(first.environment)} ({first.environment['executable']})",
+            f"reference environment: {environment.summary(first.reference['environment'])} "
+            f"({first.reference['python']})"]
 
 
 AB_HEADER = ("case", "pairs", "time to verdict", "time budget (--perf-ab-budget)")
 
 
-def ab_rows(paired: Sequence[dict[str, Any]]) -> list[list[str]]:
+def ab_rows(paired: Sequence[Result]) -> list[list[str]]:
     """A/B cases: how many pairs each measured, how long its verdict took, and whether --perf-ab-budget cut it short."""
-    return [[r["case"], str(len(r["reference"]["per_run"])), clock(r.get("time_to_verdict_s", 0)),
-             r.get("ab_budget_stop", "-")] for r in paired]
+    return [[r.case, str(len(r.reference["per_run"])), clock(r.time_to_verdict_s or 0),
+             r.ab_budget_stop or "-"] for r in paired]
 
 
 UPDATE_HEADER = ("case", "metric", "old", "new", "change", "new tolerance", "noise", "runs")
 
 
-def update_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+def update_rows(results: Sequence[Result]) -> list[list[str]]:
     """Rows of the reviewable table that --update-baselines prints: old -> new per metric."""
     rows = []
     for result in results:
-        for metric in result.get("metrics", []):
+        for metric in result.metrics:
             change = metric.get("change")
             rows.append([
-                result["case"],
+                result.case,
                 metric["metric"],
                 number(metric.get("baseline"), metric.get("unit", "")),
                 number(metric.get("measured"), metric.get("unit", "")),
@@ -93,13 +94,13 @@ TIME_HEADER = ("case", "launches", "start-up", "warm-up (compile)", "window", "a
                "window share")
 
 
-def launch_times(result: dict[str, Any]) -> list[dict[str, float]]:
+def launch_times(result: Result) -> list[dict[str, float]]:
     """Each launch's time accounting (metrics.time_accounting), the reference side's too under A/B."""
-    runs = [*result.get("per_run", []), *(result.get("reference") or {}).get("per_run", [])]
+    runs = [*result.per_run, *(result.reference or {}).get("per_run", [])]
     return [run["time_s"] for run in runs if run.get("time_s")]
 
 
-def time_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+def time_rows(results: Sequence[Result]) -> list[list[str]]:
     """Where each case's launches spent their time, summed over them: what the measured window was of what it cost."""
     rows = []
     for result in results:
@@ -108,12 +109,12 @@ def time_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
             continue
         total = sum(t["total_s"] for t in times)
         phases = [_seconds(sum(t[phase] for t in times)) for phase in TIME_PHASES]
-        rows.append([result["case"], str(len(times)), *phases, _seconds(total),
+        rows.append([result.case, str(len(times)), *phases, _seconds(total),
                      _share(sum(t["window_s"] for t in times), total)])
     return rows
 
 
-def window_share_line(results: Sequence[dict[str, Any]]) -> str | None:
+def window_share_line(results: Sequence[Result]) -> str | None:
     """The session's launches together: how much of their time the measured windows were."""
     times = [t for result in results for t in launch_times(result)]
     if not times:
@@ -143,18 +144,18 @@ def bottleneck(io: float | None, synthetic: float | None) -> str:
     return f"compute-bound: compute {synthetic:,.0f}/s <= IO {io:,.0f}/s"
 
 
-def profile_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+def profile_rows(results: Sequence[Result]) -> list[list[str]]:
     """What each measured case achieved: throughput, model TFLOP/s and MFU, the CPU time it took per sample (with the
     loader workers' share), and its benchy bottleneck."""
     rows = []
     for result in results:
-        measured = result.get("measured") or {}
+        measured = result.measured
         if measured.get("samples_per_second") is None:
             continue
         io, synthetic = measured.get("io_samples_per_second"), measured.get("synthetic_samples_per_second")
         tflops, mfu = measured.get("tflops"), measured.get("mfu")
         rows.append([
-            result["case"],
+            result.case,
             f"{measured['samples_per_second']:,.1f}",
             "-" if tflops is None else f"{tflops:,.3g}",
             "-" if mfu is None else f"{mfu:.1%}",
@@ -180,17 +181,17 @@ def _rate(value: float | None) -> str:
 GPU_HEADER = ("case", "mean GPU util", "peak memory", "mean power", "throttling", "flag")
 
 
-def gpu_rows(results: Sequence[dict[str, Any]], min_utilization: float) -> list[list[str]]:
+def gpu_rows(results: Sequence[Result], min_utilization: float) -> list[list[str]]:
     """What the GPUs did during the measured windows (NVML), with under-used cases flagged."""
     rows = []
     for result in results:
-        gpu = result.get("gpu")
+        gpu = result.gpu
         if not gpu:
             continue
         utilization, memory, power = gpu["mean_utilization"], gpu["peak_memory_bytes"], gpu["mean_power_w"]
         low = utilization is not None and utilization < min_utilization
         rows.append([
-            result["case"], "-" if utilization is None else f"{utilization:.0%}",
+            result.case, "-" if utilization is None else f"{utilization:.0%}",
             "-" if memory is None else f"{memory / 2**30:.1f} GiB", "-" if power is None else f"{power:.0f} W",
             ", ".join(gpu["throttle"]) or "none", f"LOW UTILISATION (< {min_utilization:.0%})" if low else "",
         ])
@@ -200,24 +201,24 @@ def gpu_rows(results: Sequence[dict[str, Any]], min_utilization: float) -> list[
 SCALING_HEADER = ("family", "ranks", "samples/s", "speedup", "efficiency")
 
 
-def scaling_family(result: dict[str, Any]) -> str | None:
+def scaling_family(result: Result) -> str | None:
     """The DDP-size family a case flavour belongs to (the family id ends in the flavour: -cpu, -gpu)."""
-    return f"{result['family']}-{result['case'].rsplit('-', 1)[-1]}" if result.get("family") else None
+    return f"{result.family}-{result.case.rsplit('-', 1)[-1]}" if result.family else None
 
 
-def scaling_families(results: Sequence[dict[str, Any]]) -> dict[str, dict[int, float]]:
+def scaling_families(results: Sequence[Result]) -> dict[str, dict[int, float]]:
     """Throughput by DDP size of each family measured at 1 rank and at least one more."""
     families: dict[str, dict[int, float]] = {}
     for result in results:
-        throughput = (result.get("measured") or {}).get("samples_per_second")
+        throughput = result.measured.get("samples_per_second")
         family = scaling_family(result)
         if family and throughput:
-            families.setdefault(family, {})[int(result["world_size"])] = throughput
+            families.setdefault(family, {})[int(result.world_size)] = throughput
     return {family: dict(sorted(by_size.items())) for family, by_size in sorted(families.items())
             if len(by_size) >= 2 and 1 in by_size}
 
 
-def scaling_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+def scaling_rows(results: Sequence[Result]) -> list[list[str]]:
     """DDP-size families measured in this session: speedup = thr(N) / thr(1), efficiency = speedup / N."""
     rows = []
     for family, by_size in scaling_families(results).items():
@@ -231,16 +232,16 @@ KNOWN_HEADER = ("case", "against", "metric", "this machine", "theirs", "basis", 
 HISTORY_HEADER = ("case", "metric", "results kept", "newest segment", "since the change point")
 
 
-def history_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
-    """Where each case's newest result stands in its results history (``result["history"]``, --perf-history)."""
+def history_rows(results: Sequence[Result]) -> list[list[str]]:
+    """Where each case's newest result stands in its results history (``result.history``, --perf-history)."""
     rows = []
     for result in results:
-        for standing in result.get("history") or ():
+        for standing in result.history:
             since = "no change point"
             if standing["since_commit"] is not None:
                 since = (f"{standing['since_commit'][:10]}: {standing['change']:+.1%} (p {standing['pvalue']:.1e}, "
                          f"{standing['since']})")
-            rows.append([result["case"], standing["metric"], str(standing["results"]),
+            rows.append([result.case, standing["metric"], str(standing["results"]),
                          f"{standing['segment_results']} result(s), mean {standing['segment_mean']:,.4g} "
                          f"{standing['unit']}".rstrip(), since])
     return rows
@@ -248,31 +249,31 @@ KNOWN_HEADING = ("this machine against the ones we know (ratio > 1: this machine
                  "use this hardware class's own baselines)")
 
 
-def known_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+def known_rows(results: Sequence[Result]) -> list[list[str]]:
     """Each case against every other class's baseline of it and the matching published figures (perfgate/judge/known.py)."""
-    return [[result["case"], f"{row['kind']} {row['against']}", row["metric"], number(row["this"], row["unit"]),
+    return [[result.case, f"{row['kind']} {row['against']}", row["metric"], number(row["this"], row["unit"]),
              number(row["theirs"], row["unit"]), row["basis"], f"{row['ratio']:.2f}x"]
-            for result in results for row in result.get("known", [])]
+            for result in results for row in result.known]
 
 
-def baselines_estimate_s(results: Sequence[dict[str, Any]], repeats: int) -> float:
+def baselines_estimate_s(results: Sequence[Result], repeats: int) -> float:
     """How long measuring these cases' baselines takes: per case its first launch (which also counts FLOPs and
     runs the benchy phases) plus repeats - 1 of its later launches, from the launches just measured."""
     total = 0.0
     for result in results:
-        launches = [run["time_s"]["total_s"] for run in result.get("per_run", []) if run.get("time_s")]
+        launches = [run["time_s"]["total_s"] for run in result.per_run if run.get("time_s")]
         if launches:
             later = launches[1:] or launches
             total += launches[0] + (repeats - 1) * sum(later) / len(later)
     return total
 
 
-def create_baselines_line(missing: Sequence[dict[str, Any]], settings: Settings, command: str | None) -> str:
+def create_baselines_line(missing: Sequence[Result], settings: Settings, command: str | None) -> str:
     """The summary's last word when cases had no baseline: the one command that creates them, and how long."""
     seconds = baselines_estimate_s(missing, settings.baseline_repeats)
-    command = command or "python -m pytest " + " ".join(shlex.quote(r["test"]) for r in missing) + " --update-baselines"
+    command = command or "python -m pytest " + " ".join(shlex.quote(r.test) for r in missing) + " --update-baselines"
     estimate = f", about {clock(seconds)} (m:ss) from the launches just measured" if seconds else ""
-    return (f"{len(missing)} case(s) have no baseline for hardware class {missing[0]['hardware_class']}: nothing was "
+    return (f"{len(missing)} case(s) have no baseline for hardware class {missing[0].hardware_class}: nothing was "
             f"gated for them. Create this machine's baselines ({settings.baseline_repeats} launches per case{estimate}), "
             f"review the diff and commit the files under {settings.baseline_dir}:\n  {command}")
 
@@ -288,11 +289,11 @@ class Table:
     rows: list[list[str]]
 
 
-def title(results: Sequence[dict[str, Any]], settings: Settings) -> str:
+def title(results: Sequence[Result], settings: Settings) -> str:
     """What the session ran, on which hardware classes, and what an A/B session compared."""
-    classes = sorted({r["hardware_class"] for r in results if r.get("hardware_class")})
+    classes = sorted({r.hardware_class for r in results if r.hardware_class})
     text = f"perfgate: {len(results)} case(s), hardware class {', '.join(classes) or '-'}"
-    paired = [r for r in results if r.get("reference")]
+    paired = [r for r in results if r.reference]
     if paired:
         text += ab_title(paired)
     if settings.inject_slowdown:
@@ -300,15 +301,15 @@ def title(results: Sequence[dict[str, Any]], settings: Settings) -> str:
     return text
 
 
-def sections(results: Sequence[dict[str, Any]], settings: Settings) -> list[Table]:
+def sections(results: Sequence[Result], settings: Settings) -> list[Table]:
     """Every table of the summary, in order, each with its rows (none where it has nothing to show)."""
-    paired = [r for r in results if r.get("reference")]
+    paired = [r for r in results if r.reference]
     return [
-        Table("verdicts", "verdicts", VERDICT_HEADER, summary_rows([r for r in results if r["verdict"] != "updated"])),
+        Table("verdicts", "verdicts", VERDICT_HEADER, summary_rows([r for r in results if r.verdict != "updated"])),
         Table("ab", "A/B: pairs of launches (reference, candidate) and the time to each verdict", AB_HEADER,
               ab_rows(paired)),
         Table("updated", "baselines written (review the diff before committing)", UPDATE_HEADER,
-              update_rows([r for r in results if r["verdict"] == "updated"])),
+              update_rows([r for r in results if r.verdict == "updated"])),
         Table("profile", "what each case achieved (medians over runs; IO / SYNTHETIC from the first run)",
               PROFILE_HEADER, profile_rows(results)),
         Table("gpus", "GPUs during the measured windows (NVML)", GPU_HEADER, gpu_rows(results, settings.min_gpu_util)),

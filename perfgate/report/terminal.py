@@ -3,10 +3,11 @@ case in JUnit properties. Results go to every ``ResultSink`` the session has."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from perfgate.report.tables import (VERDICT_HEADER, create_baselines_line, environment_lines, number, sections, title,
                                     window_share_line)
+from perfgate.result import Result
 
 if TYPE_CHECKING:
     from perfgate.config.settings import Settings
@@ -22,11 +23,11 @@ def table(rows: list[list[str]], header: Sequence[str] = VERDICT_HEADER) -> list
     return [fmt(header), fmt(["-" * w for w in widths]), *(fmt(row) for row in rows)]
 
 
-def junit_properties(result: dict[str, Any]) -> list[tuple[str, str]]:
+def junit_properties(result: Result) -> list[tuple[str, str]]:
     """What CI systems show of a case from JUnit XML: its verdict and, per gated metric, the measured and
     baseline values, the change and the tolerance."""
-    properties = [("perfgate.verdict", result["verdict"]), ("perfgate.hardware_class", result["hardware_class"])]
-    for row in result.get("metrics", []):
+    properties = [("perfgate.verdict", result.verdict), ("perfgate.hardware_class", result.hardware_class)]
+    for row in result.metrics:
         name = f"perfgate.{row['metric']}"
         properties.append((name, number(row.get("measured"), row.get("unit", ""))))
         if row.get("baseline") is not None:
@@ -35,14 +36,14 @@ def junit_properties(result: dict[str, Any]) -> list[tuple[str, str]]:
             properties.append((f"{name}.change", f"{row['change']:+.1%}"))
         if row.get("tolerance") is not None:
             properties.append((f"{name}.tolerance", f"{row['tolerance']:.1%}"))
-        properties.append((f"{name}.verdict", row.get("verdict", result["verdict"])))
+        properties.append((f"{name}.verdict", row.get("verdict", result.verdict)))
     return properties
 
 
 class ResultSink(Protocol):
     """Where a session's case results go once every case has run."""
 
-    def write(self, results: Sequence[dict[str, Any]], settings: Settings) -> None: ...
+    def write(self, results: Sequence[Result], settings: Settings) -> None: ...
 
 
 class TerminalSummary:
@@ -56,12 +57,12 @@ class TerminalSummary:
         self._create_baselines = create_baselines
         """The command that creates missing baselines, where the caller knows a better one than pytest's."""
 
-    def write(self, results: Sequence[dict[str, Any]], settings: Settings) -> None:
+    def write(self, results: Sequence[Result], settings: Settings) -> None:
         if not results:
             return
-        results = sorted(results, key=lambda r: r["case"])
+        results = sorted(results, key=lambda r: r.case)
         self._section(title(results, settings))
-        paired = [r for r in results if r.get("reference")]
+        paired = [r for r in results if r.reference]
         for line in environment_lines(paired) if paired else ():
             self._line(line)
         for shown in sections(results, settings):
@@ -74,20 +75,20 @@ class TerminalSummary:
                 self._line("measured: scaled to the machine speed of each baseline (--perf-calibrate; the probe's "
                            "change is in each case's result.json)")
             if shown.name == "updated":
-                self._written([r for r in results if r["verdict"] == "updated"])
+                self._written([r for r in results if r.verdict == "updated"])
         share = window_share_line(results)
         if share:
             self._line(share)
-        missing = [r for r in results if r["verdict"] == "no-baseline"]
+        missing = [r for r in results if r.verdict == "no-baseline"]
         if missing:
             for line in create_baselines_line(missing, settings, self._create_baselines).splitlines():
                 self._line(line, yellow=True)
 
-    def _written(self, updated: Sequence[dict[str, Any]]) -> None:
+    def _written(self, updated: Sequence[Result]) -> None:
         for result in updated:
-            self._line(f"wrote {result['baseline_file']}")
-            if result.get("disturbed_runs"):
-                self._line(f"  {result['disturbed_runs']} disturbed run(s) left out and re-measured (far slower "
+            self._line(f"wrote {result.baseline_file}")
+            if result.disturbed_runs:
+                self._line(f"  {result.disturbed_runs} disturbed run(s) left out and re-measured (far slower "
                            "than the others: a slow spell of the machine); they are listed in the file's provenance",
                            yellow=True)
 

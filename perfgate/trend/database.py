@@ -27,6 +27,8 @@ from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import URL, Engine, make_url
 
+from perfgate.result import Result, ResultRecordError
+
 SCHEMA_VERSION = 2
 SCHEMA_LOCK = 0x70657266  # "perf": the PostgreSQL advisory lock held while the schema is read or made
 LOCK_TIMEOUT_S = 60.0
@@ -210,7 +212,7 @@ class ResultsDatabase:
                 version += 1
                 connection.execute(SCHEMA.insert().values(version=version))
 
-    def record(self, results: Sequence[dict[str, Any]], context: Context) -> int:
+    def record(self, results: Sequence[Result], context: Context) -> int:
         """Writes each result (with every number it measured) in its own transaction; returns how many."""
         written = 0
         try:
@@ -218,11 +220,11 @@ class ResultsDatabase:
                 with self.engine.begin() as connection:
                     inserted = connection.execute(RESULTS.insert().values(
                         recorded_at=datetime.datetime.now(datetime.timezone.utc), session=context.session,
-                        case_id=result["case"], hardware_class=result["hardware_class"], verdict=result["verdict"],
+                        case_id=result.case, hardware_class=result.hardware_class, verdict=result.verdict,
                         git_commit=context.commit, branch=context.branch, launcher=context.launcher,
-                        nodes=context.nodes, world_size=result.get("world_size"),
-                        environment=result.get("environment") or context.environment,
-                        workload_version=result.get("workload_version"), record=_jsonable(result)))
+                        nodes=context.nodes, world_size=result.world_size,
+                        environment=result.environment or context.environment,
+                        workload_version=result.workload_version, record=result.to_json()))
                     result_id = inserted.inserted_primary_key[0]
                     rows = list(_metric_rows(result_id, result))
                     if rows:
@@ -256,16 +258,25 @@ class ResultsDatabase:
         except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(self._why(exc)) from None
 
-    def compared_with_a_reference(self, case: str, hardware_class: str) -> set[int]:
-        """The ids of the case's results that an A/B session measured (``--perf-against``, ``--perf-against-python``):
-        its candidate ran beside a reference, on cores they shared."""
+    def records(self, case: str, hardware_class: str) -> dict[int, Result]:
+        """The whole records of the case's results, by id, each read as its schema version says; a row this perfgate
+        cannot read is a DatabaseError that names it and why."""
         query = (sa.select(RESULTS.c.id, RESULTS.c.record)
                  .where(RESULTS.c.case_id == case, RESULTS.c.hardware_class == hardware_class))
         try:
             with self.engine.connect() as connection:
-                return {row.id for row in connection.execute(query) if "reference" in (row.record or {})}
+                rows = list(connection.execute(query))
         except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(self._why(exc)) from None
+        try:
+            return {row.id: Result.from_json(row.record, f"result {row.id} in {self.shown}") for row in rows}
+        except ResultRecordError as exc:
+            raise DatabaseError(str(exc)) from None
+
+    def compared_with_a_reference(self, case: str, hardware_class: str) -> set[int]:
+        """The ids of the case's results that an A/B session measured (``--perf-against``, ``--perf-against-python``):
+        its candidate ran beside a reference, on cores they shared."""
+        return {key for key, result in self.records(case, hardware_class).items() if result.reference is not None}
 
     def close(self) -> None:
         self.engine.dispose()
@@ -277,10 +288,10 @@ def _like(pattern: str) -> str:
     return escaped.replace("*", "%").replace("?", "_")
 
 
-def _metric_rows(result_id: int, result: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _metric_rows(result_id: int, result: Result) -> Iterator[dict[str, Any]]:
     """Every number the case measured (medians over its runs), the gated ones with their verdict."""
-    gated = {row["metric"]: row for row in result.get("metrics") or ()}
-    for metric, value in (result.get("measured") or {}).items():
+    gated = {row["metric"]: row for row in result.metrics}
+    for metric, value in result.measured.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
             row = gated.get(metric, {})
             yield {"result_id": result_id, "metric": metric, "value": float(value), "gated": metric in gated,

@@ -15,6 +15,7 @@ from perfgate.launch import environment
 from perfgate.launch.hardware import git_commit
 from perfgate.report.tables import HISTORY_HEADER, history_rows
 from perfgate.report.terminal import table
+from perfgate.result import Result
 from perfgate.trend.analysis import Series, series
 from perfgate.trend.database import Context, DatabaseError, ResultsDatabase
 
@@ -35,7 +36,7 @@ def standing(one: Series) -> dict[str, Any]:
 
 class HistoryRecorder:
     """A ResultSink: every result of the session into ``url``, then each one's standing in its history set as
-    ``result["history"]`` for the sinks after it; ``say(text, warning)`` reports what happened."""
+    ``result.history`` for the sinks after it; ``say(text, warning)`` reports what happened."""
 
     def __init__(self, url: str, root: Path, say: Callable[[str, bool], None],
                  session_environment: dict[str, Any] | None) -> None:
@@ -44,7 +45,7 @@ class HistoryRecorder:
         self.say = say
         self.environment = session_environment
 
-    def write(self, results: Sequence[dict[str, Any]], settings: Settings) -> None:
+    def write(self, results: Sequence[Result], settings: Settings) -> None:
         if not results:
             return
         commit = git_commit(self.root)
@@ -57,8 +58,8 @@ class HistoryRecorder:
             try:
                 written = database.record(results, context)
                 for result in results:
-                    points = [p for p in database.points([result["case"]], result["hardware_class"]) if p.gated]
-                    result["history"] = [standing(one) for one in series(points)]
+                    points = [p for p in database.points([result.case], result.hardware_class) if p.gated]
+                    result.history = [standing(one) for one in series(points)]
             finally:
                 database.close()
         except DatabaseError as exc:
