@@ -63,6 +63,26 @@ def test_a_pass_worse_than_the_unchanged_sessions_beyond_their_spread_fails():
     assert steady == ["stale"], "within the spread of the sessions: the baseline is stale, the code is not slower"
 
 
+def test_a_session_beyond_the_confirming_spread_of_the_sessions_fails_even_within_the_baselines_least_tolerance():
+    """The machine outran the baseline by 8 %: a FAIL 2.5 % below the baseline, within its 5 % tolerance, is 9.7 %
+    below the unchanged sessions, beyond 2.326 of their spreads."""
+    outcomes, rows = session_spread.judge({METRIC: spread(centre=108.0, relative=0.01)},
+                                          [Verdict(-0.025)], ["FAIL"])
+    assert outcomes == ["FAIL"] and rows[0]["least_tolerance"] == 0.05
+    assert rows[0]["against_sessions"] == pytest.approx(0.097, abs=0.001)
+
+
+def test_the_smallest_slowdown_caught_is_the_nearer_of_the_two_ways_to_fail():
+    """A loaded machine's CPU clock: unchanged sessions spend 11.7 % less CPU per sample than the quiet baseline, so
+    past the baseline a slowdown needs 16.7 %, but past the sessions' median only the 5 % tolerance."""
+    loaded = spread(centre=0.883, relative=0.02, sessions=16)
+    width = 0.02 * math.sqrt(1 + math.pi / 2 / 16)
+    assert loaded.catchable(1.0, "lower", 0.05) == pytest.approx(0.05 + 1.282 * width)
+    wide = spread(centre=0.883, relative=0.08, sessions=16)
+    assert wide.catchable(1.0, "lower", 0.05) == pytest.approx(0.05 + 0.117 + 1.282 * 0.08 * math.sqrt(
+        1 + math.pi / 2 / 16)), "a wide spread: the baseline's least tolerance is the nearer"
+
+
 def test_a_metric_without_a_spread_keeps_its_outcome_and_has_no_row():
     assert session_spread.judge({}, [Verdict(-0.09)], ["FAIL"]) == (["FAIL"], [])
 

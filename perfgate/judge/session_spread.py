@@ -67,9 +67,15 @@ class SessionSpread:
         """How much worse than the unchanged sessions' median ``value`` is (negative: better)."""
         return worsening(value / self.centre - 1.0, better)
 
+    def confirming(self, tolerance: float) -> float:
+        """How much worse than the sessions' median a session must read to FAIL whatever the baseline says."""
+        return max(tolerance, CONFIRM_Z * self.width)
+
     def catchable(self, baseline: float, better: str, tolerance: float) -> float:
-        """The smallest slowdown that fails 9 sessions in 10 against ``baseline`` on this machine."""
-        return self.least_tolerance(baseline, better, tolerance) - self.offset(baseline, better) + CATCH_Z * self.width
+        """The smallest slowdown that fails 9 sessions in 10 on this machine: past the least tolerance against
+        ``baseline``, or past ``confirming`` against the sessions' median, whichever a smaller one reaches."""
+        past_baseline = self.least_tolerance(baseline, better, tolerance) - self.offset(baseline, better)
+        return min(past_baseline, self.confirming(tolerance)) + CATCH_Z * self.width
 
 
 def worsening(change: float, better: str) -> float:
@@ -79,10 +85,11 @@ def worsening(change: float, better: str) -> float:
 
 def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcomes: Sequence[str]
           ) -> tuple[list[str], list[dict[str, Any]]]:
-    """The outcomes once each metric's session spread is known, and a row per metric that has one: a FAIL within
-    the spread becomes unresolved, and any other outcome a FAIL where the session is worse than the unchanged sessions'
-    median by more than the tolerance and 2.326 spreads (a baseline the machine has since outrun would pass it).
-    ``verdicts``: the gate's MetricVerdicts, ``outcomes`` their settled outcomes."""
+    """The outcomes once each metric's session spread is known, and a row per metric that has one: any outcome is a
+    FAIL where the session is worse than the unchanged sessions' median by more than the tolerance and 2.326 spreads
+    (a baseline the machine has since outrun would pass it, and one it fell behind would leave it unresolved);
+    else a FAIL within the spread of the baseline becomes unresolved. ``verdicts``: the gate's MetricVerdicts,
+    ``outcomes`` their settled outcomes."""
     settled, rows = list(outcomes), []
     for index, verdict in enumerate(verdicts):
         spread = spreads.get(verdict.metric)
@@ -90,10 +97,10 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
             continue
         least = spread.least_tolerance(verdict.baseline, verdict.better, verdict.tolerance)
         against_sessions = spread.against(verdict.baseline * (1.0 + verdict.change), verdict.better)
-        if settled[index] == "FAIL" and worsening(verdict.change, verdict.better) <= least:
-            settled[index] = "unresolved"
-        elif settled[index] != "FAIL" and against_sessions > max(verdict.tolerance, CONFIRM_Z * spread.width):
+        if against_sessions > spread.confirming(verdict.tolerance):
             settled[index] = "FAIL"
+        elif settled[index] == "FAIL" and worsening(verdict.change, verdict.better) <= least:
+            settled[index] = "unresolved"
         rows.append({
             "metric": verdict.metric, "change": verdict.change, "tolerance": verdict.tolerance,
             "sessions": spread.sessions, "session_spread": spread.spread,
