@@ -24,6 +24,10 @@ prints the JSON Schema of the result record that result.json, --perf-results and
 
 finds the change points in each case's results kept by --perf-history (perfgate.trend).
 
+    perfgate dashboard --history URL --out DIR [--commit-url TEMPLATE]
+
+writes the results kept by --perf-history as a static site (perfgate.dashboard).
+
     perfgate bisect GOOD BAD [pytest options, e.g. -k CASE]
 
 finds the first-parent commit between GOOD and BAD that made a case slower, with A/B verdicts
@@ -136,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("result-schema", help="print the JSON Schema of the result record (result.json and others)",
                         description="Print the JSON Schema that every case's result.json, --perf-results and the "
                         "results database's record column follow (docs/result-record.md).")
+    commands.add_parser("dashboard", add_help=False, help="the results kept by --perf-history as a static site; "
+                        "perfgate dashboard --help")
     commands.add_parser("trend", add_help=False, help="change points in the results kept by --perf-history; "
                         "perfgate trend --help")
     commands.add_parser("bisect", add_help=False, help="find the commit that made a case slower (A/B verdicts); "
@@ -147,6 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bisect"]:
         return bisect_driver.main(argv[1:])
+    if argv[:1] == ["dashboard"]:
+        try:
+            from perfgate.dashboard import command as dashboard  # its libraries are an extra, perfgate[dashboard]
+        except ImportError as exc:
+            print(f"perfgate: error: perfgate dashboard needs {exc.name}: pip install 'perfgate[dashboard]'",
+                  file=sys.stderr)
+            return 2
+        return dashboard.main(argv[1:])
     if argv[:1] == ["trend"]:
         try:
             from perfgate.trend import command  # its libraries are an extra, perfgate[trend]

@@ -12,10 +12,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "perfgate"
 STAGES = ("outcome", "git", "result", "records", "config", "launch", "rank", "measure", "judge", "report", "trend",
-          "bisect", "fixture", "plugin", "cli")
+          "dashboard", "bisect", "fixture", "plugin", "cli")
 """Lowest first. ``outcome`` (the skip/fail exceptions), ``git`` (asking the checkout), ``result`` (the record the
 stages fill) and ``records`` (the workload contract) sit below every stage; ``rank`` (what runs inside the ranks)
-answers launch's requests for stacks;
+answers launch's requests for stacks; ``dashboard`` draws what ``trend`` keeps;
 ``bisect`` drives whole pytest sessions;
 ``fixture`` (one case through the stages), ``plugin`` and ``cli`` wire the stages to pytest and to the command line."""
 

@@ -132,6 +132,7 @@ class Point:
     workload_version: str | None
     metric_verdict: str | None = None
     """A gated metric's own outcome in that result (``verdict`` is the whole case's)."""
+    branch: str | None = None
 
     @property
     def series(self) -> tuple[str, str, str]:
@@ -239,7 +240,7 @@ class ResultsDatabase:
         """Every stored value matching the filters, oldest first (case ids may be globs)."""
         query = (sa.select(RESULTS.c.id, RESULTS.c.recorded_at, RESULTS.c.case_id, RESULTS.c.hardware_class,
                            METRICS.c.metric, METRICS.c.value, RESULTS.c.git_commit, RESULTS.c.verdict,
-                           METRICS.c.gated, RESULTS.c.workload_version, METRICS.c.verdict)
+                           METRICS.c.gated, RESULTS.c.workload_version, METRICS.c.verdict, RESULTS.c.branch)
                  .join(METRICS, METRICS.c.result_id == RESULTS.c.id)
                  .order_by(RESULTS.c.recorded_at, RESULTS.c.id))
         if hardware_class:
@@ -258,11 +259,14 @@ class ResultsDatabase:
         except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(self._why(exc)) from None
 
-    def records(self, case: str, hardware_class: str) -> dict[int, Result]:
-        """The whole records of the case's results, by id, each read as its schema version says; a row this perfgate
-        cannot read is a DatabaseError that names it and why."""
-        query = (sa.select(RESULTS.c.id, RESULTS.c.record)
-                 .where(RESULTS.c.case_id == case, RESULTS.c.hardware_class == hardware_class))
+    def records(self, case: str | None = None, hardware_class: str | None = None) -> dict[int, Result]:
+        """The whole records of the results (of ``case`` on ``hardware_class`` where given), by id, each read as its
+        schema version says; a row this perfgate cannot read is a DatabaseError that names it and why."""
+        query = sa.select(RESULTS.c.id, RESULTS.c.record)
+        if case is not None:
+            query = query.where(RESULTS.c.case_id == case)
+        if hardware_class is not None:
+            query = query.where(RESULTS.c.hardware_class == hardware_class)
         try:
             with self.engine.connect() as connection:
                 rows = list(connection.execute(query))

@@ -1,0 +1,159 @@
+"""``perfgate dashboard``: the site written from a results database the test fills, its exports, its refusals, and the
+pages driven in a real browser (Debian's chromium through Selenium), from file:// with no network."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from fakes import record
+
+pytest.importorskip("plotly", reason="perfgate dashboard needs plotly (perfgate[dashboard], requirements.txt)")
+pytest.importorskip("otava.analysis", reason="perfgate dashboard reads the history through perfgate[trend]")
+
+from perfgate.cli import main as perfgate  # noqa: E402
+from perfgate.trend.database import Context, ResultsDatabase  # noqa: E402
+
+WALL = "fastest_step_samples_per_second"
+COMMIT_URL = "https://git.example/perfgate/commit/{sha}"
+
+
+def session(database, commit, branch, results):
+    database.record(results, Context(session=commit, commit=commit, branch=branch, launcher="local", nodes=1,
+                                     environment={"torch": "2.14.1"}))
+
+
+def result(case, hardware_class, value, verdict="pass", message=None):
+    return record(case, hardware_class=hardware_class, verdict=verdict, message=message,
+                  measured={WALL: value, "cpu_seconds_per_sample": 0.01},
+                  metrics=[{"metric": WALL, "unit": "samples/s", "measured": value, "baseline": 100.0,
+                            "change": value / 100.0 - 1, "tolerance": 0.06, "verdict": verdict}])
+
+
+@pytest.fixture
+def history(tmp_path):
+    """Twelve sessions of a case on main, 20 % slower from the ninth (commit c8), and one steady case on a branch."""
+    url = str(tmp_path / "history.db")
+    database = ResultsDatabase(url)
+    for index in range(12):
+        slower = index >= 8
+        value = (80.0 if slower else 100.0) + (index % 3 - 1) * 0.5
+        session(database, f"c{index}" + "0" * 38, "main",
+                [result("clip-cpu", "cpu-2c", value, "FAIL" if slower else "pass",
+                        "clip-cpu: performance regression" if slower else None)])
+        session(database, f"f{index}" + "0" * 38, "feature", [result("unet-cpu", "cpu-4c", 50.0 + index % 2)])
+    database.close()
+    return url
+
+
+@pytest.fixture
+def site(history, tmp_path):
+    out = tmp_path / "site"
+    assert perfgate(["dashboard", "--history", history, "--out", str(out), "--commit-url", COMMIT_URL]) == 0
+    return out
+
+
+def test_the_overview_lists_each_series_with_its_newest_change_and_exports_what_it_shows(site):
+    rows = {row["case"]: row for row in json.loads((site / "index.json").read_text())}
+    assert set(rows) == {"clip-cpu", "unet-cpu"}
+    clip = rows["clip-cpu"]
+    assert (clip["hardware_class"], clip["metric"], clip["results"], clip["branches"]) == ("cpu-2c", WALL, 12, "main")
+    assert clip["newest_change"] == pytest.approx(-0.2, abs=0.01) and clip["since_commit"].startswith("c8")
+    assert clip["latest_verdict"] == "FAIL" and rows["unet-cpu"]["newest_change"] is None
+    assert (site / "index.csv").read_text().splitlines()[0].startswith("case,hardware_class,metric")
+    overview = (site / "index.html").read_text()
+    assert 'href="https://git.example/perfgate/commit/c8' in overview
+
+
+def test_a_case_page_and_each_run_page_say_what_the_record_holds(site):
+    case = site / "case" / "clip-cpu--cpu-2c.html"
+    rows = json.loads(case.with_suffix(".json").read_text())
+    assert [row["result"] for row in rows] == list(range(1, 13))
+    assert rows[8]["verdict"] == "FAIL" and rows[8]["run"].startswith("../run/")
+    run = (case.parent / rows[8]["run"]).resolve()
+    text = run.read_text()
+    assert "clip-cpu: performance regression" in text and "verdict-FAIL" in text
+    assert json.loads(run.with_suffix(".json").read_text())["schema_version"] >= 2
+
+
+def test_the_site_loads_nothing_from_the_network(site):
+    pages = list(site.rglob("*.html"))
+    assert len(pages) == 1 + 2 + 24
+    for path in pages:
+        text = path.read_text()
+        assert "<script src=\"http" not in text and "cdn" not in text.lower(), path
+    assert (site / "assets" / "plotly.min.js").stat().st_size > 1_000_000
+
+
+def test_a_missing_database_and_a_commit_url_without_a_place_for_the_commit_are_refused(tmp_path, capsys):
+    assert perfgate(["dashboard", "--history", str(tmp_path / "none.db"), "--out", str(tmp_path / "s")]) == 2
+    assert "perfgate: error:" in capsys.readouterr().err
+    assert perfgate(["dashboard", "--history", "h.db", "--out", "s", "--commit-url", "https://x/commit/"]) == 2
+    assert "--commit-url needs {sha}" in capsys.readouterr().err
+
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser():
+    """Headless chromium, driven through its own chromedriver: nothing is downloaded (Selenium Manager is not asked)."""
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("no chromium and chromium-driver here (Debian packages; .ci/run installs them)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="the browser tests need selenium (requirements.txt)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--allow-file-access-from-files"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.implicitly_wait(10)
+    yield driver
+    driver.quit()
+
+
+def console_errors(driver):
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def shown_cases(driver):
+    from selenium.webdriver.common.by import By
+
+    return sorted(row.find_element(By.CSS_SELECTOR, "td a").text
+                  for row in driver.find_elements(By.CSS_SELECTOR, "tbody tr") if row.is_displayed())
+
+
+@pytest.mark.launches
+def test_in_a_browser_the_filters_live_in_the_url_and_a_link_shows_what_its_sender_saw(site, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    index = (site / "index.html").as_uri()
+    browser.get(index)
+    assert shown_cases(browser) == ["clip-cpu", "unet-cpu"]
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) == 2, "a sparkline per series"
+    Select(browser.find_element(By.NAME, "branch")).select_by_value("feature")
+    assert shown_cases(browser) == ["unet-cpu"] and browser.current_url.endswith("?branch=feature")
+    browser.get(index + "?hardware-class=cpu-2c")
+    assert shown_cases(browser) == ["clip-cpu"]
+    assert Select(browser.find_element(By.NAME, "hardware-class")).first_selected_option.text == "cpu-2c"
+    assert console_errors(browser) == []
+
+
+@pytest.mark.launches
+def test_in_a_browser_a_case_chart_marks_its_change_point_and_a_point_opens_its_run(site, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get((site / "index.html").as_uri())
+    browser.find_element(By.LINK_TEXT, "clip-cpu").click()
+    assert browser.title == "clip-cpu on cpu-2c"
+    plot = browser.find_element(By.CSS_SELECTOR, "#history-0.js-plotly-plot")
+    points = plot.find_elements(By.CSS_SELECTOR, ".scatterlayer .point")
+    assert len(points) == 12
+    assert any("c8" in text.text for text in plot.find_elements(By.CSS_SELECTOR, ".annotation-text"))
+    browser.execute_script("arguments[0].emit('plotly_click', {points: [arguments[0].data[0] && "
+                           "{customdata: arguments[0].data[0].customdata[8]}]})", plot)
+    assert browser.title == "clip-cpu on cpu-2c: run 17"
+    assert "clip-cpu: performance regression" in browser.find_element(By.TAG_NAME, "pre").text
+    assert console_errors(browser) == []
