@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import postgres_server
 import psutil
 import pytest
 
@@ -43,3 +44,16 @@ def train(tmp_path, script, *args):
                       workdir=tmp_path / "run", procs_per_node=2, timeout_s=240,
                       env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}))
     return read_records(records)
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A real PostgreSQL server for the module's tests (tests/postgres_server.py), or a skip that says what is missing."""
+    why_not = postgres_server.missing()
+    if why_not:
+        pytest.skip(why_not)
+    server = postgres_server.PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()

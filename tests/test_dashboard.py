@@ -13,15 +13,16 @@ pytest.importorskip("plotly", reason="perfgate dashboard needs plotly (perfgate[
 pytest.importorskip("otava.analysis", reason="perfgate dashboard reads the history through perfgate[trend]")
 
 from perfgate.cli import main as perfgate  # noqa: E402
+from perfgate.dashboard.site import detection_power  # noqa: E402
 from perfgate.trend.database import Context, ResultsDatabase  # noqa: E402
 
 WALL = "fastest_step_samples_per_second"
 COMMIT_URL = "https://git.example/perfgate/commit/{sha}"
 
 
-def session(database, commit, branch, results):
+def session(database, commit, branch, results, torch="2.14.1"):
     database.record(results, Context(session=commit, commit=commit, branch=branch, launcher="local", nodes=1,
-                                     environment={"torch": "2.14.1"}))
+                                     environment={"torch": torch, "python": "3.11.7"}))
 
 
 def result(case, hardware_class, value, verdict="pass", message=None):
@@ -31,20 +32,24 @@ def result(case, hardware_class, value, verdict="pass", message=None):
                             "change": value / 100.0 - 1, "tolerance": 0.06, "verdict": verdict}])
 
 
-@pytest.fixture
-def history(tmp_path):
-    """Twelve sessions of a case on main, 20 % slower from the ninth (commit c8), and one steady case on a branch."""
-    url = str(tmp_path / "history.db")
+def fill(url):
+    """Twelve sessions of a case on main, 20 % slower from the ninth (commit c8, which also brought a newer torch),
+    and one steady case on a branch."""
     database = ResultsDatabase(url)
     for index in range(12):
         slower = index >= 8
         value = (80.0 if slower else 100.0) + (index % 3 - 1) * 0.5
         session(database, f"c{index}" + "0" * 38, "main",
                 [result("clip-cpu", "cpu-2c", value, "FAIL" if slower else "pass",
-                        "clip-cpu: performance regression" if slower else None)])
+                        "clip-cpu: performance regression" if slower else None)], "2.15.0" if slower else "2.14.1")
         session(database, f"f{index}" + "0" * 38, "feature", [result("unet-cpu", "cpu-4c", 50.0 + index % 2)])
     database.close()
     return url
+
+
+@pytest.fixture
+def history(tmp_path):
+    return fill(str(tmp_path / "history.db"))
 
 
 @pytest.fixture
@@ -77,6 +82,23 @@ def test_a_case_page_and_each_run_page_say_what_the_record_holds(site):
     assert json.loads(run.with_suffix(".json").read_text())["schema_version"] >= 2
 
 
+def test_a_change_point_says_what_changed_in_the_environment_and_the_case_says_what_its_plants_caught(site):
+    text = (site / "case" / "clip-cpu--cpu-2c.html").read_text()
+    assert "torch 2.14.1 &rarr; 2.15.0" in text and "python" not in text.split("At each change point")[1][:200]
+    assert "no planted slowdown in the history" in text
+    run = (site / "run" / "17.html").read_text()
+    assert "2.15.0" in run, "the run page shows the environment the database kept"
+
+
+def test_detection_power_counts_each_planted_size_and_names_the_smallest_caught():
+    plants = [record(injected_slowdown=size, verdict=verdict) for size, verdict in (
+        (0.05, "pass"), (0.05, "FAIL"), (0.1, "FAIL"), (0.1, "FAIL"), (0.02, "unresolved"), (0.1, "crashed"))]
+    power = detection_power(plants + [record(verdict="FAIL")])
+    assert power.planted == {0.02: (0, 1), 0.05: (1, 2), 0.1: (2, 2)} and power.smallest_caught == 0.05
+    assert power.describe() == "planted slowdowns: 2%: 0 of 1 failed, 5%: 1 of 2 failed, 10%: 2 of 2 failed; " \
+                               "the smallest caught 5%"
+
+
 def test_the_site_loads_nothing_from_the_network(site):
     pages = list(site.rglob("*.html"))
     assert len(pages) == 1 + 2 + 24
@@ -84,6 +106,22 @@ def test_the_site_loads_nothing_from_the_network(site):
         text = path.read_text()
         assert "<script src=\"http" not in text and "cdn" not in text.lower(), path
     assert (site / "assets" / "plotly.min.js").stat().st_size > 1_000_000
+
+
+@pytest.mark.launches
+def test_a_site_built_from_postgresql_is_the_one_built_from_sqlite(site, postgres, tmp_path):
+    out = tmp_path / "from-postgres"
+    assert perfgate(["dashboard", "--history", fill(postgres.new_database("dashboard")), "--out", str(out),
+                     "--commit-url", COMMIT_URL]) == 0
+    files = sorted(str(path.relative_to(site)) for path in site.rglob("*") if path.is_file())
+    assert files == sorted(str(path.relative_to(out)) for path in out.rglob("*") if path.is_file())
+    for name in files:
+        if name.endswith(".json"):
+            ours, theirs = (json.loads((root / name).read_text()) for root in (site, out))
+            if isinstance(ours, list):
+                ours, theirs = ([{k: v for k, v in row.items() if k != "recorded_at"} for row in rows]
+                                for rows in (ours, theirs))
+            assert ours == theirs, name
 
 
 def test_a_missing_database_and_a_commit_url_without_a_place_for_the_commit_are_refused(tmp_path, capsys):
@@ -157,3 +195,23 @@ def test_in_a_browser_a_case_chart_marks_its_change_point_and_a_point_opens_its_
     assert browser.title == "clip-cpu on cpu-2c: run 17"
     assert "clip-cpu: performance regression" in browser.find_element(By.TAG_NAME, "pre").text
     assert console_errors(browser) == []
+
+
+def drawn_share(png):
+    """The share of a screenshot's pixels that are not the page's white background."""
+    image = pytest.importorskip("matplotlib.image", reason="reading a screenshot needs matplotlib").imread(png)
+    return float((image[..., :3].min(axis=2) < 0.9).mean())
+
+
+@pytest.mark.launches
+def test_a_screenshot_of_each_main_page_shows_its_table_and_charts(site, browser, tmp_path):
+    browser.set_window_size(1200, 900)
+    for page in ("index.html", "case/clip-cpu--cpu-2c.html", "run/17.html"):
+        browser.get((site / page).as_uri())
+        png = tmp_path / f"{page.replace('/', '-')}.png"
+        assert browser.save_screenshot(str(png))
+        assert drawn_share(png) > 0.02, f"{page}: the screenshot is blank"
+    blank = tmp_path / "blank.png"
+    browser.get("about:blank")
+    browser.save_screenshot(str(blank))
+    assert drawn_share(blank) < 0.001

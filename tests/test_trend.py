@@ -496,18 +496,6 @@ def test_two_sessions_at_once_one_of_them_with_xdist_workers_keep_every_result(p
     assert sorted(map(sorted, by_session.values())) == [sorted(cases)] * 2 and metrics == 8
 
 
-@pytest.fixture(scope="module")
-def postgres():
-    why_not = postgres_server.missing()
-    if why_not:
-        pytest.skip(why_not)
-    server = postgres_server.PostgresServer()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
 @pytest.mark.launches
 def test_postgres_keeps_results_and_sessions_writing_at_once_lose_nothing(postgres):
     concurrent_writers(postgres.url())

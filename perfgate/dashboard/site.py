@@ -13,7 +13,7 @@ import io
 import json
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,6 +38,8 @@ class Site:
 
     out: Path
     commit_url: str | None = None
+    environments: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Each result's environment, by id (the database's column: a record holds one only under A/B)."""
 
     def commit_link(self, sha: str | None) -> str | None:
         return self.commit_url.replace("{sha}", sha) if self.commit_url and sha else None
@@ -54,9 +56,10 @@ def build(url: str, out: Path, commit_url: str | None = None) -> list[Path]:
     try:
         points = database.points()
         records = database.records()
+        environments = database.environments()
     finally:
         database.close()
-    site = Site(out, commit_url)
+    site = Site(out, commit_url, environments)
     write_assets(out)
     gated = [one for one in series([p for p in points if p.gated])]
     pages = [write_overview(site, gated, database.shown)]
@@ -64,7 +67,8 @@ def build(url: str, out: Path, commit_url: str | None = None) -> list[Path]:
     for one in gated:
         by_case.setdefault((one.case, one.hardware_class), []).append(one)
     for (case, hardware_class), found in sorted(by_case.items()):
-        pages.append(write_case(site, case, hardware_class, found))
+        planted = [r for r in records.values() if (r.case, r.hardware_class) == (case, hardware_class)]
+        pages.append(write_case(site, case, hardware_class, found, detection_power(planted)))
     for point in {p.result_id: p for p in points}.values():
         if point.result_id in records:
             pages.append(write_run(site, point, records[point.result_id]))
@@ -110,6 +114,43 @@ def export(stem: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -
     stem.with_suffix(".json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
     return (f'<p class="export">Export: <a href="{stem.name}.csv">CSV</a> · '
             f'<a href="{stem.name}.json">JSON</a></p>')
+
+
+def environment_diff(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """What differs between two results' environments: (name, before, after), by name."""
+    return [(name, before.get(name), after.get(name)) for name in sorted(set(before) | set(after))
+            if before.get(name) != after.get(name) and name != "executable"]
+
+
+@dataclass(frozen=True)
+class DetectionPower:
+    """The planted slowdowns a case's history holds on one hardware class, and the smallest that failed."""
+
+    planted: dict[float, tuple[int, int]]
+    """Each planted size: (failed, sessions)."""
+
+    @property
+    def smallest_caught(self) -> float | None:
+        return min((size for size, (failed, _) in self.planted.items() if failed), default=None)
+
+    def describe(self) -> str:
+        if not self.planted:
+            return "no planted slowdown in the history (--perf-inject-slowdown): its detection power is unmeasured"
+        sizes = ", ".join(f"{size:.0%}: {failed} of {total} failed" for size, (failed, total) in
+                          sorted(self.planted.items()))
+        smallest = self.smallest_caught
+        caught = f"the smallest caught {smallest:.0%}" if smallest is not None else "none caught"
+        return f"planted slowdowns: {sizes}; {caught}"
+
+
+def detection_power(results: Sequence[Result]) -> DetectionPower:
+    planted: dict[float, list[int]] = {}
+    for result in results:
+        if result.injected_slowdown > 0 and result.verdict in ("FAIL", "pass", "stale", "unresolved"):
+            tally = planted.setdefault(result.injected_slowdown, [0, 0])
+            tally[0] += result.verdict == "FAIL"
+            tally[1] += 1
+    return DetectionPower({size: (failed, total) for size, (failed, total) in planted.items()})
 
 
 def newest(one: Series) -> Point:
@@ -174,7 +215,22 @@ def run_page(result_id: int) -> str:
     return f"../run/{result_id}.html"
 
 
-def write_case(site: Site, case: str, hardware_class: str, found: Sequence[Series]) -> Path:
+def changes_html(site: Site, found: Sequence[Series]) -> str:
+    """Each change point: the environment diff between the results either side of it."""
+    items = []
+    for one in found:
+        for change in one.changes:
+            before, after = one.points[change.index - 1], one.points[change.index]
+            diff = environment_diff(site.environments.get(before.result_id, {}),
+                                    site.environments.get(after.result_id, {}))
+            what = ("; ".join(f"{html.escape(name)} {html.escape(str(old))} &rarr; {html.escape(str(new))}"
+                              for name, old, new in diff) if diff else "the environment did not change")
+            items.append(f"<li>{html.escape(one.metric)} {change.change:+.1%} at "
+                         f"{commit_html(site, after.commit)} (after {commit_html(site, before.commit)}): {what}</li>")
+    return f"<h2>At each change point</h2><ul>{''.join(items)}</ul>" if items else ""
+
+
+def write_case(site: Site, case: str, hardware_class: str, found: Sequence[Series], power: DetectionPower) -> Path:
     folder = site.out / "case"
     folder.mkdir(exist_ok=True)
     name = slug(case, hardware_class)
@@ -188,6 +244,7 @@ def write_case(site: Site, case: str, hardware_class: str, found: Sequence[Serie
               f'<a href="{row["run"]}">run</a>'] for row in rows]
     body = (f'<p>Each point is one session\'s result (click it for its run); dashed lines are the change points '
             f'found by Otava (red worse, green better), orange lines the segments\' means.</p>{charts_html}'
+            f'{changes_html(site, found)}<h2>Detection power</h2><p class="power">{html.escape(power.describe())}</p>'
             + table(("result", "recorded at", "commit", "branch", "verdict", "metric", "value", "run"), rows, cells)
             + export(folder / name, CASE_COLUMNS, rows))
     path = folder / f"{name}.html"
@@ -218,7 +275,7 @@ def write_run(site: Site, point: Point, result: Result) -> Path:
                     for row in result.metrics]
     time_cells = [[str(run.get("run", i) + 1)] + [number((run.get("time_s") or {}).get(key)) for key in TIME_KEYS]
                   for i, run in enumerate(result.per_run)]
-    environment = result.environment or {}
+    environment = result.environment or site.environments.get(point.result_id) or {}
     body = (definitions(facts) + message
             + "<h2>Gated metrics</h2>" + table(("metric", "measured", "baseline", "change", "tolerance", "verdict",
                                                  "reason"), result.metrics, metric_cells)

@@ -277,6 +277,15 @@ class ResultsDatabase:
         except ResultRecordError as exc:
             raise DatabaseError(str(exc)) from None
 
+    def environments(self) -> dict[int, dict[str, Any]]:
+        """Each result's environment (python, torch, CUDA, NCCL, driver, open_clip, DALI, ...), by id."""
+        query = sa.select(RESULTS.c.id, RESULTS.c.environment)
+        try:
+            with self.engine.connect() as connection:
+                return {row.id: row.environment or {} for row in connection.execute(query)}
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(self._why(exc)) from None
+
     def compared_with_a_reference(self, case: str, hardware_class: str) -> set[int]:
         """The ids of the case's results that an A/B session measured (``--perf-against``, ``--perf-against-python``):
         its candidate ran beside a reference, on cores they shared."""
