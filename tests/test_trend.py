@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import postgres_server
 import pytest
 from fakes import record as case_record
 from replay_launcher import record, replay_in_sessions
