@@ -74,13 +74,24 @@ def test_a_session_beyond_the_confirming_spread_of_the_sessions_fails_even_withi
 
 def test_the_smallest_slowdown_caught_is_the_nearer_of_the_two_ways_to_fail():
     """A loaded machine's CPU clock: unchanged sessions spend 11.7 % less CPU per sample than the quiet baseline, so
-    past the baseline a slowdown needs 16.7 %, but past the sessions' median only the 5 % tolerance."""
+    past the baseline a slowdown needs 16.7 %, but past the sessions' median only the 5 % tolerance and 2.326 spreads
+    in quadrature."""
     loaded = spread(centre=0.883, relative=0.02, sessions=16)
     width = 0.02 * math.sqrt(1 + math.pi / 2 / 16)
-    assert loaded.catchable(1.0, "lower", 0.05) == pytest.approx(0.05 + 1.282 * width)
+    assert loaded.catchable(1.0, "lower", 0.05) == pytest.approx(math.hypot(0.05, 2.326 * width) + 1.282 * width)
     wide = spread(centre=0.883, relative=0.08, sessions=16)
     assert wide.catchable(1.0, "lower", 0.05) == pytest.approx(0.05 + 0.117 + 1.282 * 0.08 * math.sqrt(
         1 + math.pi / 2 / 16)), "a wide spread: the baseline's least tolerance is the nearer"
+
+
+def test_a_drift_within_the_tolerance_and_the_spread_together_does_not_fail_an_unchanged_session():
+    """Beside busy neighbours: the unchanged build's CPU clock read 5.7 % worse than the sessions' median, past the
+    5 % tolerance and past 2.326 spreads of 2.2 % each alone, but not past both together."""
+    loaded = spread(centre=0.886, relative=0.022, sessions=22)
+    outcomes, rows = session_spread.judge({METRIC: loaded}, [Verdict(-0.063, better="lower", baseline=1.0)], ["stale"])
+    assert rows[0]["against_sessions"] == pytest.approx(0.057, abs=0.001) and outcomes == ["stale"]
+    planted, _ = session_spread.judge({METRIC: loaded}, [Verdict(+0.029, better="lower", baseline=1.0)], ["pass"])
+    assert planted == ["FAIL"], "a 10 % plant read 16 % worse than the sessions"
 
 
 def test_a_metric_without_a_spread_keeps_its_outcome_and_has_no_row():

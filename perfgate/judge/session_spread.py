@@ -68,8 +68,11 @@ class SessionSpread:
         return worsening(value / self.centre - 1.0, better)
 
     def confirming(self, tolerance: float) -> float:
-        """How much worse than the sessions' median a session must read to FAIL whatever the baseline says."""
-        return max(tolerance, CONFIRM_Z * self.width)
+        """How much worse than the sessions' median a session must read to FAIL whatever the baseline says: the
+        tolerance (a session's own noise) and 2.326 spreads (between sessions) added as independent deviations are,
+        in quadrature; the larger of the two alone failed unchanged builds on a loaded machine whose CPU clock had
+        drifted, and their sum missed most 10 % plants (docs/measurements.md)."""
+        return math.hypot(tolerance, CONFIRM_Z * self.width)
 
     def catchable(self, baseline: float, better: str, tolerance: float) -> float:
         """The smallest slowdown that fails 9 sessions in 10 on this machine: past the least tolerance against
