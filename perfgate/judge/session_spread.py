@@ -89,8 +89,7 @@ def worsening(change: float, better: str) -> float:
 def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcomes: Sequence[str]
           ) -> tuple[list[str], list[dict[str, Any]]]:
     """The outcomes once each metric's session spread is known, and a row per metric that has one: any outcome is a
-    FAIL where the session is worse than the unchanged sessions' median by more than the tolerance and 2.326 spreads
-    (a baseline the machine has since outrun would pass it, and one it fell behind would leave it unresolved);
+    FAIL where the session is worse than the unchanged sessions' median by more than ``confirming`` (a baseline the machine has since outrun would pass it, and one it fell behind would leave it unresolved);
     else a FAIL within the spread of the baseline becomes unresolved. ``verdicts``: the gate's MetricVerdicts,
     ``outcomes`` their settled outcomes."""
     settled, rows = list(outcomes), []
