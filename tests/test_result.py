@@ -8,16 +8,18 @@ import json
 import warnings
 from pathlib import Path
 
-import jsonschema
 import pytest
 from fakes import FakeMeasurer, make_plan, record
 
-from perfgate.config.settings import Settings
-from perfgate.judge import baselines
-from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import Gate, StoredBaseline
-from perfgate.outcome import CaseFailed
-from perfgate.result import SCHEMA_VERSION, VERDICTS, Result, ResultRecordError, json_schema
+jsonschema = pytest.importorskip("jsonschema", reason="the schema's tests validate with jsonschema (requirements.txt; "
+                                "not in .venv-floor)")
+
+from perfgate.config.settings import Settings  # noqa: E402
+from perfgate.judge import baselines  # noqa: E402
+from perfgate.judge.baselines import Baseline, MetricBaseline  # noqa: E402
+from perfgate.judge.gate import Gate, StoredBaseline  # noqa: E402
+from perfgate.outcome import CaseFailed  # noqa: E402
+from perfgate.result import SCHEMA_VERSION, VERDICTS, Result, ResultRecordError, json_schema  # noqa: E402
 
 HERE = Path(__file__).parent
 V1 = HERE / "records" / "result-v1.json"
