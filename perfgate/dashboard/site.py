@@ -182,8 +182,8 @@ def write_overview(site: Site, found: Sequence[Series], where: str) -> Path:
         attributes.append(" ".join(f'data-{name}="{html.escape(str(row[column]))}"' for name, column in FILTERS))
     selects = "".join(filter_select(name, sorted({v for row in rows for v in str(row[column]).split() if v}))
                       for name, column in FILTERS)
-    body = (f'<p>{len({(r["case"], r["hardware_class"]) for r in rows})} case(s) on '
-            f'{len({r["hardware_class"] for r in rows})} hardware class(es), from {html.escape(where)}.</p>'
+    body = (f'<p>{len({r["case"] for r in rows})} case(s) on {len({r["hardware_class"] for r in rows})} hardware '
+            f'class(es), {len(rows)} gated series, from {html.escape(where)}.</p>'
             f'<form class="filters">{selects}</form>'
             + table(("case", "hardware class", "metric", "latest", "verdict", "newest change", "history"), rows,
                     cells, attributes)
