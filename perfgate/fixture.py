@@ -139,8 +139,7 @@ class PerfGate:
 
 @contextlib.contextmanager
 def _as_pytest_outcome(result: Result | None) -> Iterator[None]:
-    """Turns a stage's CaseSkipped and CaseFailed into pytest's skip and fail, keeping the message (and a failed
-    run's verdict) in ``result``.
+    """Turns a stage's CaseSkipped and CaseFailed into pytest's skip and fail, keeping the message in ``result``.
     They are raised after the except clause, so pytest does not print the stage's exception as their context."""
     try:
         yield
@@ -148,11 +147,11 @@ def _as_pytest_outcome(result: Result | None) -> Iterator[None]:
     except CaseSkipped as skipped:
         skip, fail = str(skipped), None
     except CaseFailed as failed:
-        skip, fail, verdict = None, str(failed), failed.verdict
+        skip, fail = None, str(failed)
     if fail is None:
         if result is not None and result.known:
             skip += "\n" + "\n".join([f"{tables.KNOWN_HEADING}:", *known.describe(result.known)])
         pytest.skip(skip)
     if result is not None:
-        result.conclude(verdict or result.verdict, fail)
+        result.conclude(result.verdict, fail)
     pytest.fail(fail, pytrace=False)

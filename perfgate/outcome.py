@@ -4,17 +4,10 @@ The stages raise these; the plugin turns them into pytest's skip and fail, so no
 and each message is worded where its facts are.
 """
 
-from __future__ import annotations
-
 
 class CaseSkipped(Exception):
     """The case cannot run on this host or with these settings; the message says why and what would run it."""
 
 
 class CaseFailed(Exception):
-    """The case ran (or was refused) and failed; the message names the cause, the configuration and the logs.
-    ``verdict``: how a run failed (a launch's failure kind, or diverged), where that is the case's verdict."""
-
-    def __init__(self, message: str, verdict: str | None = None) -> None:
-        super().__init__(message)
-        self.verdict = verdict
+    """The case ran (or was refused) and failed; the message names the cause, the configuration and the logs."""

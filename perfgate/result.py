@@ -14,7 +14,7 @@ import dataclasses
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Literal, Optional, Union, get_args
 
 import pydantic
 from typing_extensions import TypedDict
@@ -54,7 +54,7 @@ class RunRow(TypedDict, total=False):
 
     __pydantic_config__ = ROW
     run: int
-    metrics: dict[str, Optional[float]]
+    metrics: dict[str, Union[int, float, None]]
     step_times_s: list[float]
     data_times_s: list[Optional[float]]
     time_s: Optional[dict[str, Optional[float]]]
@@ -99,7 +99,7 @@ class Result:
     per_run: list[RunRow] = dataclasses.field(default_factory=list)
     """One row per launch."""
     runs: int = 0
-    measured: dict[str, Optional[float]] = dataclasses.field(default_factory=dict)
+    measured: dict[str, Union[int, float, None]] = dataclasses.field(default_factory=dict)
     """Each metric's median over the runs."""
     gpu: Optional[Row] = None
     """The GPUs' utilisation and memory over the measured windows (gpu_monitor.summarize)."""

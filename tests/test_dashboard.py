@@ -215,3 +215,15 @@ def test_a_screenshot_of_each_main_page_shows_its_table_and_charts(site, browser
     browser.get("about:blank")
     browser.save_screenshot(str(blank))
     assert drawn_share(blank) < 0.001
+
+
+def test_exports_keep_a_dotted_case_id_whole_and_only_a_real_commit_is_linked(tmp_path):
+    from perfgate.dashboard.site import Site, export
+
+    links = export(tmp_path / "x-lr0.1-cpu--cpu-2c", ("case",), [{"case": "x-lr0.1-cpu"}])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x-lr0.1-cpu--cpu-2c.csv", "x-lr0.1-cpu--cpu-2c.json"]
+    assert 'href="x-lr0.1-cpu--cpu-2c.csv"' in links
+    site = Site(tmp_path, COMMIT_URL)
+    assert site.commit_link("0123abc-dirty") == "https://git.example/perfgate/commit/0123abc"
+    assert (site.commit_link("unknown"), site.commit_link(None), Site(tmp_path).commit_link("0123abc")) == (
+        None, None, None)

@@ -106,3 +106,10 @@ def test_a_verdict_is_one_of_the_words_and_is_set_only_through_conclude():
                for leaf in (target.elts if isinstance(target, ast.Tuple) else [target])
                if isinstance(leaf, ast.Attribute) and leaf.attr == "verdict" and "result" in ast.unparse(leaf.value)]
     assert setters == []
+
+
+def test_counts_stay_integers_through_json():
+    result = Result.from_json(record(measured={"measured_steps": 40, "samples_per_second": 12.5},
+                                     per_run=[{"run": 0, "metrics": {"warmup_steps": 2}}]).to_json())
+    assert isinstance(result.measured["measured_steps"], int)
+    assert isinstance(result.per_run[0]["metrics"]["warmup_steps"], int)

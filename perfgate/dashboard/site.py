@@ -42,7 +42,12 @@ class Site:
     """Each result's environment, by id (the database's column: a record holds one only under A/B)."""
 
     def commit_link(self, sha: str | None) -> str | None:
-        return self.commit_url.replace("{sha}", sha) if self.commit_url and sha else None
+        """The commit's page; none for a commit perfgate could not name ("unknown"), and a dirty tree's commit
+        ("SHA-dirty") links to SHA."""
+        sha = (sha or "").removesuffix("-dirty")
+        if not self.commit_url or not re.fullmatch(r"[0-9a-f]{7,64}", sha):
+            return None
+        return self.commit_url.replace("{sha}", sha)
 
 
 def slug(*parts: str) -> str:
@@ -71,7 +76,8 @@ def build(url: str, out: Path, commit_url: str | None = None) -> list[Path]:
         pages.append(write_case(site, case, hardware_class, found, detection_power(planted)))
     for point in {p.result_id: p for p in points}.values():
         if point.result_id in records:
-            pages.append(write_run(site, point, records[point.result_id]))
+            result = records[point.result_id]
+            pages.append(write_run(site, point, result, (result.case, result.hardware_class) in by_case))
     return pages
 
 
@@ -110,8 +116,8 @@ def export(stem: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -
     writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
-    stem.with_suffix(".csv").write_text(text.getvalue())
-    stem.with_suffix(".json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
+    stem.with_name(f"{stem.name}.csv").write_text(text.getvalue())
+    stem.with_name(f"{stem.name}.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
     return (f'<p class="export">Export: <a href="{stem.name}.csv">CSV</a> · '
             f'<a href="{stem.name}.json">JSON</a></p>')
 
@@ -256,11 +262,13 @@ def definitions(items: Sequence[tuple[str, Any]]) -> str:
     return "<dl>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{v}</dd>" for k, v in items if v not in (None, "")) + "</dl>"
 
 
-def write_run(site: Site, point: Point, result: Result) -> Path:
+def write_run(site: Site, point: Point, result: Result, has_case_page: bool) -> Path:
+    """``has_case_page``: whether the case has a page on this class (it has none without a gated result)."""
     folder = site.out / "run"
     folder.mkdir(exist_ok=True)
     case_page = f"../case/{slug(result.case, result.hardware_class)}.html"
-    facts = [("case", f'<a href="{case_page}">{html.escape(result.case)}</a>'),
+    case = (f'<a href="{case_page}">{html.escape(result.case)}</a>' if has_case_page else html.escape(result.case))
+    facts = [("case", case),
              ("hardware class", html.escape(result.hardware_class)), ("verdict", verdict_html(result.verdict)),
              ("recorded at", f"{point.recorded_at:%Y-%m-%d %H:%M:%S %Z}"), ("commit", commit_html(site, point.commit)),
              ("branch", html.escape(point.branch or "")), ("test", f"<code>{html.escape(result.test)}</code>"),

@@ -107,6 +107,7 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
             "metric": verdict.metric, "change": verdict.change, "tolerance": verdict.tolerance,
             "sessions": spread.sessions, "session_spread": spread.spread,
             "unchanged_change": spread.centre / verdict.baseline - 1.0, "least_tolerance": least,
+            "confirming": spread.confirming(verdict.tolerance),
             "catchable": spread.catchable(verdict.baseline, verdict.better, verdict.tolerance),
             "against_sessions": against_sessions, "outcome": settled[index], "history": spread.where,
         })
@@ -118,8 +119,9 @@ def describe(row: Mapping[str, Any]) -> str:
     return (f"{row['metric']}: {row['against_sessions']:+.1%} worse than the sessions the history holds; those read "
             f"{row['unchanged_change']:+.1%} against the baseline, "
             f"spread {row['session_spread']:.1%} ({row['sessions']} sessions in {row['history']}), so a change "
-            f"counts only beyond {row['least_tolerance']:.1%} (one unchanged session in 20 strays further); a stored "
-            f"baseline catches a slowdown of {row['catchable']:.1%} or more here")
+            f"counts only beyond {row['least_tolerance']:.1%} against the baseline (one unchanged session in 20 strays "
+            f"further) or {row['confirming']:.1%} against the sessions; a stored baseline catches a slowdown of "
+            f"{row['catchable']:.1%} or more here")
 
 
 def too_wide(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -172,9 +172,10 @@ class Measurer:
                 measurement.command = self._portable(shlex.join(failure.commands[0]), run_dir)
             self._diverged_first(run_dir, index, argv, failure)
             if not self._failed_in_teardown(run_dir, index, failure):
+                result.conclude(failure.kind)
                 raise CaseFailed(f"{self.label}: {failure.kind} in run {index + 1}: {failure.message}\n"
                                  f"{plant_refused(failure.message, plan.run.case.inject_flag)}"
-                                 f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}", failure.kind) from None
+                                 f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}") from None
             commands = failure.commands
         finally:
             if self._tty:
@@ -189,8 +190,9 @@ class Measurer:
             measured = metrics.compute(records, plan.warmup, plan.world_size).as_dict()
             self.last_records = records
         except metrics.DivergedError as exc:
+            result.conclude("diverged")
             raise CaseFailed(f"{self.label}: diverged in run {index + 1}: {exc}\n"
-                             f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}", "diverged") from None
+                             f"configuration: {shlex.join(argv)}\nlogs kept in {run_dir}") from None
         except (RecordsError, metrics.MetricsError, ValueError) as exc:
             raise CaseFailed(f"{self.label}: run {index + 1} finished but gave no measurement: {exc}\n"
                              f"logs kept in {run_dir}") from None
@@ -244,9 +246,10 @@ class Measurer:
         try:
             metrics.check_finite(self.plan.run.case.records.read(run_dir))
         except metrics.DivergedError as exc:
+            self.result.conclude("diverged")
             raise CaseFailed(f"{self.label}: diverged in run {index + 1}: {exc}; then {failure.kind}: "
                              f"{failure.message.splitlines()[0]}\nconfiguration: {shlex.join(argv)}\n"
-                             f"logs kept in {run_dir}", "diverged") from None
+                             f"logs kept in {run_dir}") from None
         except (RecordsError, OSError):
             return
 

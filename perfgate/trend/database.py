@@ -309,14 +309,3 @@ def _metric_rows(result_id: int, result: Result) -> Iterator[dict[str, Any]]:
             row = gated.get(metric, {})
             yield {"result_id": result_id, "metric": metric, "value": float(value), "gated": metric in gated,
                    "verdict": row.get("verdict"), "baseline": row.get("baseline"), "change": row.get("change")}
-
-
-def _jsonable(value: Any) -> Any:
-    """The record with anything JSON cannot hold (paths, tuples) as text or lists."""
-    if isinstance(value, dict):
-        return {str(key): _jsonable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(item) for item in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
