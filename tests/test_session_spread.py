@@ -94,6 +94,21 @@ def test_a_drift_within_the_tolerance_and_the_spread_together_does_not_fail_an_u
     assert planted == ["FAIL"], "a 10 % plant read 16 % worse than the sessions"
 
 
+def test_worse_than_the_sessions_fails_only_on_every_gated_clock_at_once():
+    """Slower code moves every clock it is gated on; a loaded machine moved the CPU clock alone 7.7 % past the
+    sessions' median, an unchanged session."""
+    wall, cpu = spread(centre=92.3, relative=0.06, sessions=9), spread(centre=0.93, relative=0.023, sessions=18,
+                                                                      metric="cpu")
+    drifted = [Verdict(-0.217, tolerance=0.06), Verdict(+0.002, better="lower", metric="cpu", baseline=1.0)]
+    outcomes, rows = session_spread.judge({METRIC: wall, "cpu": cpu}, drifted, ["FAIL", "pass"])
+    assert outcomes == ["FAIL", "unresolved"], "the wall clock FAILs past its least tolerance, the CPU clock alone is open"
+    assert rows[1]["against_sessions"] == pytest.approx(0.077, abs=0.001) and rows[1]["confirming"] < 0.077
+    slower = [Verdict(-0.40, tolerance=0.06), Verdict(+0.10, better="lower", metric="cpu", baseline=1.0)]
+    assert session_spread.judge({METRIC: wall, "cpu": cpu}, slower, ["FAIL", "FAIL"])[0] == ["FAIL", "FAIL"]
+    assert session_spread.judge({"cpu": cpu}, drifted, ["pass", "pass"])[0] == ["pass", "unresolved"], \
+        "a clock without a spread cannot confirm it"
+
+
 def test_a_metric_without_a_spread_keeps_its_outcome_and_has_no_row():
     assert session_spread.judge({}, [Verdict(-0.09)], ["FAIL"]) == (["FAIL"], [])
 

@@ -216,7 +216,8 @@ class Gate:
         plan = self.plan
         self.result.conclude("unresolved")
         why = [reason for reason, holds in (
-            ("within how far this case moves between unchanged sessions here", within_spread),
+            ("within how far this case moves between unchanged sessions here (or worse than them on some gated "
+             "clocks only, as a loaded machine's CPU clock can be)", within_spread),
             ("the machine ran slower by as much while the CPU clock held", machine_dropped)) if holds]
         message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but "
                    f"{' and '.join(why)}{details}\n{session_spread.ab_instead(self.result.test)}")

@@ -88,20 +88,31 @@ def worsening(change: float, better: str) -> float:
 
 def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcomes: Sequence[str]
           ) -> tuple[list[str], list[dict[str, Any]]]:
-    """The outcomes once each metric's session spread is known, and a row per metric that has one: any outcome is a
-    FAIL where the session is worse than the unchanged sessions' median by more than ``confirming`` (a baseline the machine has since outrun would pass it, and one it fell behind would leave it unresolved);
-    else a FAIL within the spread of the baseline becomes unresolved. ``verdicts``: the gate's MetricVerdicts,
-    ``outcomes`` their settled outcomes."""
+    """The outcomes once each metric's session spread is known, and a row per metric that has one.
+
+    A session worse than the unchanged sessions' median by more than ``confirming`` on every gated metric FAILs, even
+    where the baseline, outrun by the machine since, would pass it: slower code does more work or waits longer, and
+    moves every clock it is gated on. Worse than them on some metrics only, it is unresolved: a loaded machine moves
+    its CPU clock alone by as much (docs/measurements.md). A FAIL against the baseline stays a FAIL beyond the least
+    tolerance and is unresolved within it. ``verdicts``: the gate's MetricVerdicts, ``outcomes`` their settled
+    outcomes."""
     settled, rows = list(outcomes), []
+    found = {index: spreads[verdict.metric] for index, verdict in enumerate(verdicts) if verdict.metric in spreads}
+    against = {index: spread.against(verdicts[index].baseline * (1.0 + verdicts[index].change), verdicts[index].better)
+               for index, spread in found.items()}
+    beyond = {index: against[index] > spread.confirming(verdicts[index].tolerance) for index, spread in found.items()}
+    every_clock = len(beyond) == len(verdicts) and all(beyond.values())
     for index, verdict in enumerate(verdicts):
-        spread = spreads.get(verdict.metric)
+        spread = found.get(index)
         if spread is None:
             continue
         least = spread.least_tolerance(verdict.baseline, verdict.better, verdict.tolerance)
-        against_sessions = spread.against(verdict.baseline * (1.0 + verdict.change), verdict.better)
-        if against_sessions > spread.confirming(verdict.tolerance):
+        against_sessions = against[index]
+        if every_clock:
             settled[index] = "FAIL"
-        elif settled[index] == "FAIL" and worsening(verdict.change, verdict.better) <= least:
+        elif settled[index] == "FAIL" and worsening(verdict.change, verdict.better) > least:
+            pass
+        elif settled[index] == "FAIL" or beyond[index]:
             settled[index] = "unresolved"
         rows.append({
             "metric": verdict.metric, "change": verdict.change, "tolerance": verdict.tolerance,
