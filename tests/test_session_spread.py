@@ -78,9 +78,12 @@ def test_the_smallest_slowdown_caught_is_the_nearer_of_the_two_ways_to_fail():
     in quadrature."""
     loaded = spread(centre=0.883, relative=0.02, sessions=16)
     width = 0.02 * math.sqrt(1 + math.pi / 2 / 16)
-    assert loaded.catchable(1.0, "lower", 0.05) == pytest.approx(math.hypot(0.05, 2.326 * width) + 1.282 * width)
+    assert loaded.catchable(1.0, "lower", 0.05, loaded.sessions_catch(0.05)) == pytest.approx(
+        math.hypot(0.05, 2.326 * width) + 1.282 * width)
+    assert loaded.catchable(1.0, "lower", 0.05) == pytest.approx(0.05 + 0.117 + 1.282 * width), \
+        "a case with another gated metric without a spread cannot fail through the sessions"
     wide = spread(centre=0.883, relative=0.08, sessions=16)
-    assert wide.catchable(1.0, "lower", 0.05) == pytest.approx(0.05 + 0.117 + 1.282 * 0.08 * math.sqrt(
+    assert wide.catchable(1.0, "lower", 0.05, wide.sessions_catch(0.05)) == pytest.approx(0.05 + 0.117 + 1.282 * 0.08 * math.sqrt(
         1 + math.pi / 2 / 16)), "a wide spread: the baseline's least tolerance is the nearer"
 
 
@@ -103,6 +106,9 @@ def test_worse_than_the_sessions_fails_only_on_every_gated_clock_at_once():
     outcomes, rows = session_spread.judge({METRIC: wall, "cpu": cpu}, drifted, ["FAIL", "pass"])
     assert outcomes == ["FAIL", "unresolved"], "the wall clock FAILs past its least tolerance, the CPU clock alone is open"
     assert rows[1]["against_sessions"] == pytest.approx(0.077, abs=0.001) and rows[1]["confirming"] < 0.077
+    assert rows[1]["catchable"] > cpu.sessions_catch(0.05), \
+        "through the sessions a slowdown must take the wall clock, the wider, past its margin too"
+    assert rows[1]["catchable"] == pytest.approx(cpu.catchable(1.0, "lower", 0.05, wall.sessions_catch(0.06)))
     slower = [Verdict(-0.40, tolerance=0.06), Verdict(+0.10, better="lower", metric="cpu", baseline=1.0)]
     assert session_spread.judge({METRIC: wall, "cpu": cpu}, slower, ["FAIL", "FAIL"])[0] == ["FAIL", "FAIL"]
     assert session_spread.judge({"cpu": cpu}, drifted, ["pass", "pass"])[0] == ["pass", "unresolved"], \

@@ -74,11 +74,16 @@ class SessionSpread:
         drifted, and their sum missed most 10 % plants (docs/measurements.md)."""
         return math.hypot(tolerance, CONFIRM_Z * self.width)
 
-    def catchable(self, baseline: float, better: str, tolerance: float) -> float:
+    def catchable(self, baseline: float, better: str, tolerance: float, past_sessions: float = math.inf) -> float:
         """The smallest slowdown that fails 9 sessions in 10 on this machine: past the least tolerance against
-        ``baseline``, or past ``confirming`` against the sessions' median, whichever a smaller one reaches."""
+        ``baseline``, or ``past_sessions``, the slowdown that takes every gated metric past its ``confirming``
+        margin (``sessions_catch``), whichever is smaller."""
         past_baseline = self.least_tolerance(baseline, better, tolerance) - self.offset(baseline, better)
-        return min(past_baseline, self.confirming(tolerance)) + CATCH_Z * self.width
+        return min(past_baseline + CATCH_Z * self.width, past_sessions)
+
+    def sessions_catch(self, tolerance: float) -> float:
+        """The slowdown that takes this metric past its ``confirming`` margin 9 sessions in 10."""
+        return self.confirming(tolerance) + CATCH_Z * self.width
 
 
 def worsening(change: float, better: str) -> float:
@@ -102,6 +107,8 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
                for index, spread in found.items()}
     beyond = {index: against[index] > spread.confirming(verdicts[index].tolerance) for index, spread in found.items()}
     every_clock = len(beyond) == len(verdicts) and all(beyond.values())
+    past_sessions = (max(spread.sessions_catch(verdicts[index].tolerance) for index, spread in found.items())
+                     if found and len(found) == len(verdicts) else math.inf)
     for index, verdict in enumerate(verdicts):
         spread = found.get(index)
         if spread is None:
@@ -119,7 +126,7 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
             "sessions": spread.sessions, "session_spread": spread.spread,
             "unchanged_change": spread.centre / verdict.baseline - 1.0, "least_tolerance": least,
             "confirming": spread.confirming(verdict.tolerance),
-            "catchable": spread.catchable(verdict.baseline, verdict.better, verdict.tolerance),
+            "catchable": spread.catchable(verdict.baseline, verdict.better, verdict.tolerance, past_sessions),
             "against_sessions": against_sessions, "outcome": settled[index], "history": spread.where,
         })
     return settled, rows
