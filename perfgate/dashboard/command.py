@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 from perfgate.dashboard.site import build
+from perfgate.trend.command import DEFAULT_HISTORY
 from perfgate.trend.database import DatabaseError
-
-DEFAULT_HISTORY = "results/history.db"
 
 
 def build_parser() -> argparse.ArgumentParser:
