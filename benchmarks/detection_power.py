@@ -213,6 +213,12 @@ class RecordedVerdict(NamedTuple):
     baseline: float
 
 
+def recorded_alone(verdict: str) -> str:
+    """A trial recorded before the rows kept their verdict against the baseline alone: one that the rules left
+    unresolved live had FAILed against it. Rules that settled a FAIL or a pass live cannot be undone here."""
+    return "FAIL" if verdict == "unresolved" else verdict
+
+
 def with_machine_rules(trials: list[dict], baseline_probe: float | None) -> list[tuple[bool, bool]]:
     """Each stored-baseline trial decided again as the gate now does: with the session spread a results history of
     the unplanted trials before it gives (--perf-history: a metric's value where it passed, in trials whose probe read
@@ -230,8 +236,7 @@ def with_machine_rules(trials: list[dict], baseline_probe: float | None) -> list
                  for row in rows}
         verdicts = [RecordedVerdict(row["metric"], row["change"], METRICS[row["metric"]].better, row["tolerance"],
                                     row["baseline"]) for row in rows]
-        # A trial the probe rule already left unresolved live had FAILed against the baseline alone.
-        raw = ["FAIL" if row["verdict"] == "unresolved" else row["verdict"] for row in rows]
+        raw = [row.get("against_baseline") or recorded_alone(row["verdict"]) for row in rows]
         now = {CALIBRATION_PROBE: probe} if probe else {}
         outcomes, _, _ = machine_rules({metric: one for metric, one in found.items() if one is not None}, verdicts, raw,
                                        machine_drop.probe_change({CALIBRATION_PROBE: baseline_probe}, now))

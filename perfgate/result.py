@@ -45,6 +45,8 @@ class MetricRow(TypedDict, total=False):
     change: Optional[float]
     tolerance: Optional[float]
     verdict: str
+    against_baseline: str
+    """The verdict against the baseline alone, before the session spread and the probe weighed this machine."""
     run_values: list[float]
     baseline_runs: list[float]
 

@@ -102,3 +102,13 @@ def test_each_plant_is_counted_against_the_smallest_slowdown_the_gate_said_that_
               trial(0.0, False, 0.05), {"slowdown": 0.10, "failed": False, "seconds": 60.0}]
     lines = detection_power.promises_kept(trials, [0.0, 0.10])
     assert lines[2:] == ["| 10% | 12.0% | 1 | 1 | 2 | 1 |"]
+
+
+def test_a_rejudge_starts_from_the_verdict_against_the_baseline_alone_where_the_row_kept_it():
+    row = {"metric": "fastest_step_samples_per_second", "change": -0.07, "tolerance": 0.06, "baseline": 100.0,
+           "verdict": "unresolved", "run_values": [93.0]}
+    trial = {"slowdown": 0, "probes": [{"probe_matmul_gflops": 100.0}], "metrics": [row]}
+    assert detection_power.with_machine_rules([trial], baseline_probe=100.0) == [(True, False)], \
+        "an older row: left unresolved live, so it had FAILed against the baseline alone"
+    kept = {**trial, "metrics": [{**row, "against_baseline": "pass"}]}
+    assert detection_power.with_machine_rules([kept], baseline_probe=100.0) == [(False, False)]

@@ -150,6 +150,7 @@ def test_a_regression_within_the_session_spread_is_unresolved_naming_what_the_ma
         result = gate(plan, [90.0, 90.5, 91.0], {METRIC: spread()}).check()
     assert result.verdict == "unresolved"
     assert result.metrics[0]["verdict"] == "unresolved" and result.session_spread[0]["outcome"] == "unresolved"
+    assert result.metrics[0]["against_baseline"] == "FAIL", "the record keeps what the baseline alone said"
     message = str(warned[0].message)
     assert "within how far this case moves between unchanged sessions here" in message
     assert "spread 6.0% (10 sessions in results/history.db)" in message

@@ -168,11 +168,11 @@ class Gate:
         machine = (machine_drop.probe_change(baseline.provenance.get("measured", {}), measurement.medians())
                    if self.weighs_machine and not self.settings.calibrate else None)
         spreads = self.spreads(measurement.medians().get(metrics.CALIBRATION_PROBE))
-        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts,
-                                                         [stats.settle(v.decision).outcome for v in verdicts], machine)
-        result.metrics = [{**verdict_row(v, outcome), "run_values": current[v.metric],
-                              "baseline_runs": list(baseline.metrics[v.metric].samples)}
-                             for v, outcome in zip(verdicts, outcomes)]
+        raw = [stats.settle(v.decision).outcome for v in verdicts]
+        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine)
+        result.metrics = [{**verdict_row(v, outcome), "against_baseline": alone, "run_values": current[v.metric],
+                           "baseline_runs": list(baseline.metrics[v.metric].samples)}
+                          for v, outcome, alone in zip(verdicts, outcomes, raw)]
         if spread_rows:
             result.session_spread = spread_rows
         if drop_rows:
