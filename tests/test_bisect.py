@@ -15,6 +15,7 @@ from bisect_runs import comparisons, scratch_env, verdicts
 from sleeper_repo import SLEEPER, SUITE, git, init, worktrees
 
 from perfgate.bisect.commits import BisectUsageError, Commit, Worktrees, first_parent_range
+from perfgate.bisect import kept
 from perfgate.bisect.driver import Bisect
 from perfgate.bisect.search import BAD, GOOD, SKIP, UNKNOWN, Measured, Search, Step, classify
 from perfgate.bisect.session import Outcome
@@ -270,3 +271,26 @@ def test_a_commit_measured_twice_reuses_its_worktree_and_close_removes_every_one
     assert trees.get(commits[1]) != first
     trees.close()
     assert worktrees(repo) == [f"worktree {repo}"] and not (tmp_path / "scratch").exists()
+
+
+def test_each_answer_is_kept_in_the_results_database_the_sessions_wrote_to(tmp_path):
+    """The named commit and the answer as printed, and where none could be named, its suspects."""
+    database_module = pytest.importorskip("perfgate.trend.database", reason="the results database needs perfgate[trend]")
+    fast, slow = (0.0, 0.01), (-0.5, 0.01)
+    named, _ = fake_bisect([fast, fast, fast, slow, slow])
+    (found,), _, _ = named.ends()
+    named.search(found, [])
+    unnamed, _ = fake_bisect([fast, fast, "crashed", slow])
+    (open_,), _, _ = unnamed.ends()
+    unnamed.search(open_, [])
+    url = str(tmp_path / "history.db")
+    assert kept.history_url(["-k", "x", "--perf-history", url]) == url
+    assert kept.history_url([f"--perf-history={url}"]) == url and kept.history_url(["-k", "x"]) is None
+    assert kept.keep(url, [found, open_]) == f"kept the answer(s) in {url}"
+    database = database_module.ResultsDatabase(url, create=False)
+    first, second = database.bisections()
+    database.close()
+    assert (first.case, first.hardware_class, first.good, first.bad, first.culprit) == (
+        "case", "k", found.commits[0].sha, found.commits[-1].sha, found.commits[3].sha)
+    assert f"case: first bad commit {found.commits[3].sha}" in first.answer
+    assert second.culprit is None and second.suspects == [open_.commits[2].sha, open_.commits[3].sha]

@@ -28,7 +28,7 @@ from perfgate.trend.analysis import series  # noqa: E402
 from perfgate.trend.changepoints import change_points  # noqa: E402
 from perfgate.trend.command import main as trend  # noqa: E402
 from perfgate.trend.spreads import learn  # noqa: E402
-from perfgate.trend.database import SCHEMA_LOCK, SCHEMA_VERSION, Context, DatabaseError, ResultsDatabase, mask, url_of  # noqa: E402
+from perfgate.trend.database import SCHEMA_LOCK, SCHEMA_VERSION, Bisection, Context, DatabaseError, ResultsDatabase, mask, url_of  # noqa: E402
 
 SEEDS = range(20)
 
@@ -208,6 +208,9 @@ def test_an_older_schema_is_migrated_once_by_sessions_opening_it_at_once_and_kee
     database = ResultsDatabase(new_database, create=False)
     assert [(p.case, p.value, p.commit, p.workload_version) for p in database.points(["old-cpu"])] == [
         ("old-cpu", 42.0, "0ld", None)]
+    database.record_bisection(Bisection("old-cpu", "hw", "0ld", "bad", None, ["c1", "c2"], "one of c1, c2"))
+    assert [(b.case, b.culprit, b.suspects) for b in database.bisections()] == [("old-cpu", None, ["c1", "c2"])], \
+        "version 3's table was made by the migration"
     database.close()
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from perfgate.bisect import kept
 from perfgate.bisect import report as bisection
 from perfgate.bisect.commits import BisectUsageError, Commit, Worktrees, first_parent_range
 from perfgate.bisect.search import GOOD, UNKNOWN, Measured, Search, Step, classify, worse_interval
@@ -40,6 +41,7 @@ class CaseSearch:
 
     test: str
     case: str
+    hardware_class: str
     steps: list[Step]
     search: Search
     commits: list[Commit]
@@ -94,7 +96,8 @@ class Bisect:
             if record.verdict == "FAIL" and rows:
                 steps = [Step(row["metric"], METRICS[row["metric"]].better,
                               worse_interval(row, METRICS[row["metric"]].better)[0]) for row in rows]
-                search = CaseSearch(test, record.case, steps, Search(len(self.commits)), self.commits, [measured])
+                search = CaseSearch(test, record.case, record.hardware_class, steps, Search(len(self.commits)),
+                                    self.commits, [measured])
                 lines.append(f"{record.case}: slower between GOOD and BAD: {bisection.changes(measured.rows)}")
                 searches.append(search)
             elif record.verdict in ("pass", "stale", "unresolved"):
@@ -194,6 +197,9 @@ def main(argv: Sequence[str]) -> int:
         if args.perf_report is not None:
             written = bisection.write_report(args.perf_report, [case.report() for case in searches], lines)
             print(f"perfgate bisect: wrote {written}")
+        url = kept.history_url(pytest_args)
+        if url is not None and searches:
+            print(f"perfgate bisect: {kept.keep(url, searches)}")
         return 0 if answered else NOT_ANSWERED
     except BisectUsageError as exc:
         print(f"perfgate bisect: error: {exc}", file=sys.stderr)

@@ -1,10 +1,11 @@
 """The results database (``--perf-history URL``): every case's result of every session, for ``perfgate trend``.
 
 One SQLAlchemy Core layer serves the embedded SQLite file (a plain path is one) and a team's PostgreSQL
-(``postgresql://...``, through psycopg, which honours PGPASSWORD and ~/.pgpass). perfgate owns three tables,
+(``postgresql://...``, through psycopg, which honours PGPASSWORD and ~/.pgpass). perfgate owns four tables,
 ``perfgate_schema`` (the schema version), ``perfgate_results`` (one row per case result: verdict, commit,
-branch, hardware class, environment, launcher, nodes, time, the whole record as JSON) and ``perfgate_metrics``
-(every measured metric of that result, both clocks, with the gate's verdict on the gated ones).
+branch, hardware class, environment, launcher, nodes, time, the whole record as JSON), ``perfgate_metrics``
+(every measured metric of that result, both clocks, with the gate's verdict on the gated ones) and
+``perfgate_bisections`` (each case's answer of a ``perfgate bisect``: the commit it named, or its suspects).
 
 A database that holds other tables and no ``perfgate_schema`` is someone else's, and a newer schema version
 is a newer perfgate's: both are refused before anything is written. An older schema is migrated where it is
@@ -29,7 +30,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 
 from perfgate.result import Result, ResultRecordError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_LOCK = 0x70657266  # "perf": the PostgreSQL advisory lock held while the schema is read or made
 LOCK_TIMEOUT_S = 60.0
 """How long a session waits for another's lock before the results are not kept (a warning, never a hang)."""
@@ -64,13 +65,33 @@ METRICS = sa.Table(
 )
 
 
+
+def _bisection_columns() -> list[sa.Column]:
+    """The bisections table's columns, new each time: a column belongs to one table (and the migration makes one)."""
+    return [sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+            sa.Column("case_id", sa.String(200), nullable=False, index=True),
+            sa.Column("hardware_class", sa.String(200), nullable=False),
+            sa.Column("good", sa.String(80), nullable=False), sa.Column("bad", sa.String(80), nullable=False),
+            sa.Column("culprit", sa.String(80)), sa.Column("suspects", sa.JSON, nullable=False),
+            sa.Column("answer", sa.Text, nullable=False)]
+
+
+BISECTIONS = sa.Table("perfgate_bisections", METADATA, *_bisection_columns())
+
+
 def _upgrade_1_to_2(operations: Operations) -> None:
     """Results keep the version of the workload they measured, so that ``perfgate trend`` compares like with like
     (the gate refuses a baseline of another version). Results kept before it have none: unknown, and kept."""
     operations.add_column(RESULTS.name, sa.Column("workload_version", sa.String(40)))
 
 
-UPGRADES = {1: _upgrade_1_to_2}
+def _upgrade_2_to_3(operations: Operations) -> None:
+    """Bisections are kept, so that a change point can show the commit a bisect named."""
+    operations.create_table(BISECTIONS.name, *_bisection_columns())
+
+
+UPGRADES = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}
 """Each older schema version's step to the next."""
 
 
@@ -137,6 +158,22 @@ class Point:
     @property
     def series(self) -> tuple[str, str, str]:
         return self.case, self.hardware_class, self.metric
+
+
+@dataclass(frozen=True)
+class Bisection:
+    """One case's answer of a ``perfgate bisect`` between GOOD and BAD."""
+
+    case: str
+    hardware_class: str
+    good: str
+    bad: str
+    culprit: str | None
+    """The first bad commit; none where the bisect could not name one (``suspects`` then holds the candidates)."""
+    suspects: list[str]
+    answer: str
+    """What the bisect printed for the case: each verdict, and the commit it named."""
+    recorded_at: datetime.datetime | None = None
 
 
 class ResultsDatabase:
@@ -234,6 +271,26 @@ class ResultsDatabase:
         except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(self._why(exc)) from None
         return written
+
+    def record_bisection(self, bisection: Bisection) -> None:
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(BISECTIONS.insert().values(
+                    recorded_at=datetime.datetime.now(datetime.timezone.utc), case_id=bisection.case,
+                    hardware_class=bisection.hardware_class, good=bisection.good, bad=bisection.bad,
+                    culprit=bisection.culprit, suspects=bisection.suspects, answer=bisection.answer))
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(self._why(exc)) from None
+
+    def bisections(self) -> list[Bisection]:
+        """Every bisection kept, oldest first."""
+        query = sa.select(BISECTIONS).order_by(BISECTIONS.c.recorded_at, BISECTIONS.c.id)
+        try:
+            with self.engine.connect() as connection:
+                return [Bisection(row.case_id, row.hardware_class, row.good, row.bad, row.culprit, list(row.suspects),
+                                  row.answer, row.recorded_at) for row in connection.execute(query)]
+        except sa.exc.SQLAlchemyError as exc:
+            raise DatabaseError(self._why(exc)) from None
 
     def points(self, cases: Sequence[str] = (), hardware_class: str | None = None, metric: str | None = None,
                since: datetime.datetime | None = None, branch: str | None = None) -> list[Point]:
