@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fakes import record  # noqa: E402
 
-from perfgate.dashboard.site import build, slug  # noqa: E402
+from perfgate.dashboard.markup import slug  # noqa: E402
+from perfgate.dashboard.site import build  # noqa: E402
 from perfgate.trend.database import Context, ResultsDatabase  # noqa: E402
 
 WALL, CPU = "fastest_step_samples_per_second", "cpu_seconds_per_sample"

@@ -3,8 +3,11 @@ pages driven in a real browser (Debian's chromium through Selenium), from file:/
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
 import shutil
+import statistics
 
 import pytest
 from fakes import record
@@ -14,7 +17,7 @@ pytest.importorskip("otava.analysis", reason="perfgate dashboard reads the histo
 
 from perfgate.cli import main as perfgate  # noqa: E402
 from perfgate.dashboard.site import detection_power  # noqa: E402
-from perfgate.trend.database import Context, ResultsDatabase  # noqa: E402
+from perfgate.trend.database import Bisection, Context, ResultsDatabase  # noqa: E402
 
 WALL = "fastest_step_samples_per_second"
 COMMIT_URL = "https://git.example/perfgate/commit/{sha}"
@@ -32,17 +35,37 @@ def result(case, hardware_class, value, verdict="pass", message=None):
                             "change": value / 100.0 - 1, "tolerance": 0.06, "verdict": verdict}])
 
 
+def sha(index):
+    return f"c{index}" + "0" * 38
+
+
+REFERENCE, CANDIDATE = [100.0, 101.0, 99.0, 100.0], [80.0, 81.0, 79.5, 80.5]
+
+
+def ab_result():
+    """An A/B session of c11 against c7: four pairs, each about 20 % slower."""
+    return record("clip-cpu", hardware_class="cpu-2c", verdict="FAIL", candidate_commit=sha(11),
+                  reference={"revision": "c7", "commit": sha(7), "per_run": [{}] * 4},
+                  measured={WALL: 80.25}, metrics=[{"metric": WALL, "unit": "samples/s", "measured": 80.25,
+                                                    "baseline": 100.0, "change": -0.1975, "ci": [-0.21, -0.185],
+                                                    "verdict": "FAIL", "run_values": CANDIDATE,
+                                                    "baseline_runs": REFERENCE}])
+
+
 def fill(url):
     """Twelve sessions of a case on main, 20 % slower from the ninth (commit c8, which also brought a newer torch),
-    and one steady case on a branch."""
+    an A/B session and a bisection of that step, and one steady case on a branch."""
     database = ResultsDatabase(url)
     for index in range(12):
         slower = index >= 8
         value = (80.0 if slower else 100.0) + (index % 3 - 1) * 0.5
-        session(database, f"c{index}" + "0" * 38, "main",
+        session(database, sha(index), "main",
                 [result("clip-cpu", "cpu-2c", value, "FAIL" if slower else "pass",
                         "clip-cpu: performance regression" if slower else None)], "2.15.0" if slower else "2.14.1")
         session(database, f"f{index}" + "0" * 38, "feature", [result("unet-cpu", "cpu-4c", 50.0 + index % 2)])
+    session(database, sha(11), "main", [ab_result()], "2.15.0")
+    database.record_bisection(Bisection("clip-cpu", "cpu-2c", sha(7), sha(11), sha(8), [sha(8)],
+                                        f"clip-cpu: first bad commit {sha(8)}"))
     database.close()
     return url
 
@@ -101,7 +124,7 @@ def test_detection_power_counts_each_planted_size_and_names_the_smallest_caught(
 
 def test_the_site_loads_nothing_from_the_network(site):
     pages = list(site.rglob("*.html"))
-    assert len(pages) == 1 + 2 + 24
+    assert len(pages) == 2 + 2 + 25, "the overview, the A/B sessions, a page per case and one per run"
     for path in pages:
         text = path.read_text()
         assert "<script src=\"http" not in text and "cdn" not in text.lower(), path
@@ -218,7 +241,7 @@ def test_a_screenshot_of_each_main_page_shows_its_table_and_charts(site, browser
 
 
 def test_exports_keep_a_dotted_case_id_whole_and_only_a_real_commit_is_linked(tmp_path):
-    from perfgate.dashboard.site import Site, export
+    from perfgate.dashboard.markup import Site, export
 
     links = export(tmp_path / "x-lr0.1-cpu--cpu-2c", ("case",), [{"case": "x-lr0.1-cpu"}])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x-lr0.1-cpu--cpu-2c.csv", "x-lr0.1-cpu--cpu-2c.json"]
@@ -227,3 +250,96 @@ def test_exports_keep_a_dotted_case_id_whole_and_only_a_real_commit_is_linked(tm
     assert site.commit_link("0123abc-dirty") == "https://git.example/perfgate/commit/0123abc"
     assert (site.commit_link("unknown"), site.commit_link(None), Site(tmp_path).commit_link("0123abc")) == (
         None, None, None)
+
+
+def test_the_a_b_page_gives_each_session_its_change_and_interval_and_its_run_page_the_pairs(site):
+    (row,) = json.loads((site / "ab.json").read_text())
+    assert (row["case"], row["candidate"], row["reference"], row["pairs"]) == ("clip-cpu", sha(11), sha(7), 4)
+    assert (row["change"], row["ci_low"], row["ci_high"], row["verdict"]) == (-0.1975, -0.21, -0.185, "FAIL")
+    assert f'href="run/{row["run"]}.html#pairs"' in (site / "ab.html").read_text()
+    pairs = json.loads((site / "run" / f"{row['run']}-pairs.json").read_text())
+    assert [(p["reference"], p["candidate"]) for p in pairs] == list(zip(REFERENCE, CANDIDATE))
+    assert pairs[0]["ratio"] == pytest.approx(-0.2)
+    text = (site / "run" / f"{row['run']}.html").read_text()
+    assert "-19.8% [-21.0%..-18.5%]" in text and "c7 (<a class=\"commit\"" in text
+    assert "Where each launch" not in text, "a record without a time account has no empty table"
+    assert "Where each launch" not in (site / "run" / "1.html").read_text()
+
+
+def test_a_bisection_is_shown_at_the_change_point_it_explains_and_on_its_case(site):
+    text = (site / "case" / "clip-cpu--cpu-2c.html").read_text()
+    at_the_step = text.split("At each change point")[1].split("</li>")[0]
+    assert f'perfgate bisect between <a class="commit" href="https://git.example/perfgate/commit/{sha(7)}"' in at_the_step
+    assert f'named <a class="commit" href="https://git.example/perfgate/commit/{sha(8)}">' in at_the_step
+    assert text.count('class="bisection"') == 1
+    assert "Bisections" not in (site / "case" / "unet-cpu--cpu-4c.html").read_text()
+
+
+def test_the_noise_between_two_commits_is_the_pooled_spread_around_each_segment():
+    from perfgate.dashboard import compare
+    from perfgate.trend.analysis import series
+    from perfgate.trend.database import Point
+
+    when = datetime.datetime(2026, 11, 28, tzinfo=datetime.timezone.utc)
+    values = [100.0, 102.0, 98.0, 101.0, 99.0]
+    (one,) = series([Point(i, when, "c", "hw", WALL, v, sha(i), "pass", True, "1") for i, v in enumerate(values)])
+    found = compare.noise(one)
+    assert found.degrees_of_freedom == 4
+    assert found.sigma == pytest.approx(statistics.stdev(math.log(v) for v in values))
+    assert found.t == pytest.approx(2.776, abs=1e-3), "Student's t, 95 %, 4 degrees of freedom"
+    (lone,) = series([Point(0, when, "c", "hw", WALL, 100.0, sha(0), "pass", True, "1")])
+    assert compare.noise(lone) is None
+
+
+def compared(driver):
+    from selenium.webdriver.common.by import By
+
+    return {row.get_attribute("data-compared-metric"): [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in driver.find_elements(By.CSS_SELECTOR, "table.compared tbody tr")}
+
+
+@pytest.mark.launches
+def test_in_a_browser_any_two_commits_compare_against_the_history_noise_and_live_in_the_url(site, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from perfgate.dashboard import compare
+    from perfgate.trend.analysis import series
+
+    database = ResultsDatabase(str(site.parent / "history.db"), create=False)
+    (clip,) = series([p for p in database.points(["clip-cpu"]) if p.gated and p.result_id != 25])
+    database.close()
+    noise = compare.noise(clip)
+
+    def expected(a, b):
+        shift = math.log(clip.points[b].value / clip.points[a].value)
+        half = noise.t * noise.sigma * math.sqrt(2)
+        return [f"{math.exp(x) - 1:+.1%}" for x in (shift, shift - half, shift + half)]
+
+    page = (site / "case" / "clip-cpu--cpu-2c.html").as_uri()
+    browser.get(page)
+    assert Select(browser.find_element(By.NAME, "a")).first_selected_option.get_attribute("value") == sha(7)
+    assert Select(browser.find_element(By.NAME, "b")).first_selected_option.get_attribute("value") == sha(8)
+    change, low, high = expected(7, 8)
+    assert compared(browser)[WALL] == [WALL, "1 session(s)", "1 session(s)", change, f"{low}..{high}", "worse"]
+    Select(browser.find_element(By.NAME, "b")).select_by_value(sha(3))
+    assert browser.current_url.endswith(f"?b={sha(3)}")
+    change, low, high = expected(7, 3)
+    assert compared(browser)[WALL][3:] == [change, f"{low}..{high}", "within the noise"]
+    browser.get(f"{page}?a={sha(9)}&b={sha(2)}")
+    assert compared(browser)[WALL][5] == "better", "from the slow commit back to a fast one"
+    assert console_errors(browser) == []
+
+
+@pytest.mark.launches
+def test_in_a_browser_an_a_b_session_shows_its_pairs_around_the_change_and_its_interval(site, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get((site / "ab.html").as_uri())
+    browser.find_element(By.PARTIAL_LINK_TEXT, "25").click()
+    assert browser.title == "clip-cpu on cpu-2c: run 25"
+    plot = browser.find_element(By.CSS_SELECTOR, "#pairs-0.js-plotly-plot")
+    assert len(plot.find_elements(By.CSS_SELECTOR, ".scatterlayer .point")) == 4
+    assert any("-19.8%" in text.text for text in plot.find_elements(By.CSS_SELECTOR, ".annotation-text"))
+    assert len(plot.find_elements(By.CSS_SELECTOR, ".shapelayer path")) >= 2, "the interval's band and zero"
+    assert console_errors(browser) == []

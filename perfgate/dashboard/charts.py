@@ -3,10 +3,12 @@ package (``plotly.offline.get_plotlyjs``), so the site needs no CDN and works fr
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import plotly.graph_objects as go
 
+from perfgate.dashboard.compare import Pairs
 from perfgate.trend.analysis import Series
 
 PLOTLY_JS = "plotly.min.js"
@@ -51,4 +53,24 @@ def history(one: Series, run_page: Callable[[int], str], commit_link: Callable[[
                          annotation_text=f"{commit} {change.change:+.1%}", annotation_position="top")
     figure.update_layout(title=f"{one.metric} ({one.unit or '-'})", height=320, margin={"t": 50, "b": 40},
                          xaxis_title="result (oldest first)", yaxis_title=one.unit or one.metric, showlegend=False)
+    return div(figure, element_id)
+
+
+def pairs(found: Pairs, element_id: str) -> str:
+    """An A/B session's metric pair by pair: each pair's candidate against its reference, the change (their geometric
+    mean) and its interval as a band, and no change as a line at zero."""
+    ratios = [100.0 * ratio for ratio in found.ratios]
+    figure = go.Figure(go.Scatter(
+        x=list(range(1, len(ratios) + 1)), y=ratios, mode="markers", name="pairs", marker={"color": POINTS, "size": 9},
+        text=[f"pair {i + 1}: candidate {cand:,.4g} vs reference {ref:,.4g}" for i, (ref, cand) in
+              enumerate(zip(found.reference, found.candidate))], hoverinfo="text"))
+    figure.add_hline(y=0.0, line={"color": "#888", "width": 1})
+    if found.change is not None:
+        figure.add_hline(y=100.0 * found.change, line={"color": MEANS, "width": 2},
+                         annotation_text=f"change {found.change:+.1%}", annotation_position="top left")
+    if found.ci is not None and all(math.isfinite(end) for end in found.ci):
+        figure.add_hrect(y0=100.0 * found.ci[0], y1=100.0 * found.ci[1], fillcolor=MEANS, opacity=0.15, line_width=0)
+    figure.update_layout(title=f"{found.metric}: candidate vs reference, pair by pair", height=300,
+                         margin={"t": 50, "b": 40}, xaxis={"title": "pair", "dtick": 1},
+                         yaxis_title="candidate / reference - 1 (%)", showlegend=False)
     return div(figure, element_id)
