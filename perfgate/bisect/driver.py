@@ -19,39 +19,19 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from perfgate.bisect import kept
 from perfgate.bisect import report as bisection
 from perfgate.bisect.commits import BisectUsageError, Commit, Worktrees, first_parent_range
-from perfgate.bisect.search import GOOD, UNKNOWN, Measured, Search, Step, classify, worse_interval
+from perfgate.bisect.search import GOOD, UNKNOWN, CaseSearch, Measured, Search, Step, classify, worse_interval
 from perfgate.bisect.session import Outcome, Sessions
 from perfgate.git import GitError, git
 from perfgate.measure.metrics import METRICS
 from perfgate.measure.progress import clock
 
 NOT_ANSWERED, USAGE, INTERRUPTED = 1, 2, 130
-
-
-@dataclass
-class CaseSearch:
-    """One case's question and its answer so far."""
-
-    test: str
-    case: str
-    hardware_class: str
-    steps: list[Step]
-    search: Search
-    commits: list[Commit]
-    measured: list[Measured] = field(default_factory=list)
-    culprit: int | None = None
-
-    def report(self) -> tuple[Any, ...]:
-        """What bisection.answer takes: case, commits, steps, verdicts, classes, suspects, culprit."""
-        return (self.case, self.commits, self.steps, self.measured, self.search.classes, self.search.suspects(),
-                self.culprit)
 
 
 class Bisect:

@@ -4,12 +4,10 @@ The database needs ``perfgate[trend]``, which a bisect without ``--perf-history`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from perfgate.bisect import report as bisection
-
-if TYPE_CHECKING:
-    from perfgate.bisect.driver import CaseSearch
+from perfgate.bisect.search import CaseSearch
 
 OPTION = "--perf-history"
 

@@ -12,7 +12,10 @@ one that times out is slow.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from perfgate.bisect.commits import Commit
 
 BAD, GOOD, UNKNOWN, SKIP = "bad", "good", "unknown", "skip"
 
@@ -143,3 +146,22 @@ class Search:
     def suspects(self) -> list[int]:
         """Once done: the first bad commit alone, or it and the skipped commits before it, any of which may be it."""
         return [index for index in range(self.good + 1, self.bad + 1) if index == self.bad or index in self.skipped]
+
+
+@dataclass
+class CaseSearch:
+    """One case's question and its answer so far."""
+
+    test: str
+    case: str
+    hardware_class: str
+    steps: list[Step]
+    search: Search
+    commits: list[Commit]
+    measured: list[Measured] = field(default_factory=list)
+    culprit: int | None = None
+
+    def report(self) -> tuple[Any, ...]:
+        """What bisection.answer takes: case, commits, steps, verdicts, classes, suspects, culprit."""
+        return (self.case, self.commits, self.steps, self.measured, self.search.classes, self.search.suspects(),
+                self.culprit)
