@@ -4,10 +4,12 @@
     python benchmarks/dashboard_pages.py --runs 240 --cases 4 --classes 2 --screenshots docs/images
 
 fills a SQLite history with synthetic sessions (every case on every hardware class once per session, a 15 % step
-in a third of the series halfway, two branches), times the site's build, then loads the overview, the largest case
-page and a run page in headless Chromium (Debian's chromium and chromium-driver) and prints each page's load time
-(the browser's own navigation timing). ``--screenshots DIR`` also saves the three pages as PNGs, as the docs show
-them. Budgets (issue 49): the build in 30 s, each page in 2 s, on the 2-core VM.
+in a third of the series halfway, two branches; every tenth session adds an A/B session of the first case, and each
+stepped series a bisection that named the step's commit), times the site's build, then loads the overview, the
+largest case page (and compares two of its commits there), a run page and the A/B sessions' page in headless
+Chromium (Debian's chromium and chromium-driver) and prints each page's load time (the browser's own navigation
+timing). ``--screenshots DIR`` also saves the pages as PNGs, as the docs show them. Budgets (issue 49): the build in
+30 s, each page in 2 s, on the 2-core VM.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -25,7 +28,8 @@ from fakes import record  # noqa: E402
 
 from perfgate.dashboard.markup import slug  # noqa: E402
 from perfgate.dashboard.site import build  # noqa: E402
-from perfgate.trend.database import Context, ResultsDatabase  # noqa: E402
+from perfgate.result import Result  # noqa: E402
+from perfgate.trend.database import Bisection, Context, ResultsDatabase  # noqa: E402
 
 WALL, CPU = "fastest_step_samples_per_second", "cpu_seconds_per_sample"
 
@@ -37,6 +41,7 @@ def fill(url: str, runs: int, cases: int, classes: int, seed: int) -> None:
     hardware = [f"cpu-class{h}-2c-n1" for h in range(classes)]
     sessions = runs // (cases * classes)
     database = ResultsDatabase(url)
+    previous = ""
     try:
         for number in range(sessions):
             commit = f"{rng.getrandbits(160):040x}"
@@ -54,11 +59,32 @@ def fill(url: str, runs: int, cases: int, classes: int, seed: int) -> None:
                                   "change": 0.0, "tolerance": 0.05, "verdict": "pass"}],
                         per_run=[{"run": 0, "time_s": {"startup_s": 6.0, "warmup_s": 2.0, "window_s": 8.0,
                                                        "after_window_s": 0.5, "teardown_s": 1.0, "total_s": 17.5}}]))
+            if number % 10 == 0:
+                results.append(ab_session(names[0], hardware[0], commit, rng))
             database.record(results, Context(session=f"s{number}", commit=commit,
                                              branch="main" if number % 4 else "feature", launcher="local", nodes=1,
                                              environment={"torch": "2.14.1", "python": "3.11.7"}))
+            if number == sessions // 2:
+                for c, case in enumerate(names):
+                    for h, hardware_class in enumerate(hardware):
+                        if (c + h) % 3 == 0:
+                            database.record_bisection(Bisection(case, hardware_class, previous, commit, commit,
+                                                                [commit], f"{case}: first bad commit {commit}"))
+            previous = commit
     finally:
         database.close()
+
+
+def ab_session(case: str, hardware_class: str, commit: str, rng: random.Random) -> Result:
+    """Five duet pairs of the commit against the one before, within a percent of each other."""
+    reference = [100.0 * rng.gauss(1.0, 0.01) for _ in range(5)]
+    candidate = [value * rng.gauss(1.0, 0.005) for value in reference]
+    return record(case, hardware_class=hardware_class, verdict="pass", candidate_commit=commit,
+                  reference={"revision": "HEAD~1", "commit": commit, "per_run": [{}] * 5},
+                  measured={WALL: statistics.median(candidate)},
+                  metrics=[{"metric": WALL, "unit": "samples/s", "measured": statistics.median(candidate),
+                            "baseline": statistics.median(reference), "change": 0.0, "ci": [-0.01, 0.01],
+                            "verdict": "pass", "run_values": candidate, "baseline_runs": reference}])
 
 
 def load_times(site: Path, pages: list[str], screenshots: Path | None) -> dict[str, float]:
@@ -77,6 +103,11 @@ def load_times(site: Path, pages: list[str], screenshots: Path | None) -> dict[s
             driver.get((site / page).as_uri())
             found[page] = driver.execute_script(
                 "const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd / 1000;")
+            if page.startswith("case/"):
+                found["comparing two other commits there"] = driver.execute_script(
+                    "const b = document.querySelector('select[data-compare=b]'); const began = performance.now();"
+                    "b.selectedIndex = 0; b.dispatchEvent(new Event('change'));"
+                    "return (performance.now() - began) / 1000;")
             if screenshots is not None:
                 screenshots.mkdir(parents=True, exist_ok=True)
                 driver.save_screenshot(str(screenshots / f"dashboard-{page.split('/')[0].removesuffix('.html')}.png"))
@@ -103,7 +134,8 @@ def main() -> int:
         print(f"built {len(pages)} pages in {time.perf_counter() - began:.1f} s "
               f"({sum(p.stat().st_size for p in out.rglob('*')) / 2**20:.0f} MiB)")
         first_run = min(int(p.stem) for p in (out / "run").glob("*.html"))
-        shown = ["index.html", f"case/{slug('case00-fp32-cpu', 'cpu-class0-2c-n1')}.html", f"run/{first_run}.html"]
+        shown = ["index.html", f"case/{slug('case00-fp32-cpu', 'cpu-class0-2c-n1')}.html", f"run/{first_run}.html",
+                 "ab.html"]
         for page, seconds in load_times(out, shown, args.screenshots).items():
             print(f"{page}: loaded in {seconds:.2f} s")
     return 0
