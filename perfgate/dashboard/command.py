@@ -15,8 +15,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfgate dashboard",
         description="Write the results database (--perf-history) as a static site: an overview of every gated series "
-        "with filters kept in the URL, a page per case and hardware class with Otava's change points, and a page per "
-        "run. It opens from file:// or any static host: plotly.js comes from the plotly package, not a CDN.")
+        "with filters kept in the URL, a page per case and hardware class with Otava's change points, any two of its "
+        "commits compared and the bisections that named a commit, a page per run, and the A/B sessions pair by pair. "
+        "It opens from file:// or any static host: plotly.js comes from the plotly package, not a CDN.")
     parser.add_argument("--history", default=DEFAULT_HISTORY, metavar="URL",
                         help=f"the results database: a SQLite path or postgresql://USER@HOST/DB (default: "
                         f"{DEFAULT_HISTORY}, as make perf writes)")
