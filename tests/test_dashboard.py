@@ -30,7 +30,8 @@ def session(database, commit, branch, results, torch="2.14.1"):
 
 def result(case, hardware_class, value, verdict="pass", message=None):
     return record(case, hardware_class=hardware_class, verdict=verdict, message=message,
-                  measured={WALL: value, "cpu_seconds_per_sample": 0.01},
+                  measured={WALL: value, "cpu_seconds_per_sample": 0.01, "probe_matmul_gflops": 100.0},
+                  gpu={"samples": 10, "mean_utilization": 0.9 * value / 100.0},
                   metrics=[{"metric": WALL, "unit": "samples/s", "measured": value, "baseline": 100.0,
                             "change": value / 100.0 - 1, "tolerance": 0.06, "verdict": verdict}])
 
@@ -96,13 +97,23 @@ def test_the_overview_lists_each_series_with_its_newest_change_and_exports_what_
 
 def test_a_case_page_and_each_run_page_say_what_the_record_holds(site):
     case = site / "case" / "clip-cpu--cpu-2c.html"
-    rows = json.loads(case.with_suffix(".json").read_text())
+    rows = [row for row in json.loads(case.with_suffix(".json").read_text()) if row["metric"] == WALL]
     assert [row["result"] for row in rows] == list(range(1, 13))
     assert rows[8]["verdict"] == "FAIL" and rows[8]["run"].startswith("../run/")
     run = (case.parent / rows[8]["run"]).resolve()
     text = run.read_text()
     assert "clip-cpu: performance regression" in text and "verdict-FAIL" in text
     assert json.loads(run.with_suffix(".json").read_text())["schema_version"] >= 2
+
+
+def test_a_case_page_draws_its_cpu_clock_and_gpu_busy_beside_its_gated_metrics_and_compares_them_too(site):
+    text = (site / "case" / "clip-cpu--cpu-2c.html").read_text()
+    assert [f'id="history-{i}"' in text for i in range(4)] == [True, True, True, False]
+    titles = text.partition('id="history-0"')[2]
+    assert titles.index(WALL) < titles.index("cpu_seconds_per_sample") < titles.index("gpu_busy_fraction")
+    assert "probe_matmul_gflops" not in titles, "the probe reads the machine, not the case"
+    data = json.loads(text.split('id="compare-data">')[1].split("</script>")[0])
+    assert set(data["metrics"]) == {WALL, "cpu_seconds_per_sample", "gpu_busy_fraction"}
 
 
 def test_a_change_point_says_what_changed_in_the_environment_and_the_case_says_what_its_plants_caught(site):

@@ -8,6 +8,7 @@ so the site works from ``file://`` and from any static host, with no CDN and no 
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import shutil
@@ -30,6 +31,11 @@ OVERVIEW_COLUMNS = ("case", "hardware_class", "metric", "unit", "branches", "res
 CASE_COLUMNS = ("result", "recorded_at", "commit", "branch", "verdict", "metric", "value", "metric_verdict", "run")
 FILTERS = (("branch", "branches"), ("hardware-class", "hardware_class"), ("metric", "metric"))
 """The overview's filters: URL parameter and the column it matches."""
+ALSO_SHOWN = ("samples_per_second", "total_time_secs", "mfu", "cpu_seconds_per_sample")
+"""Drawn on a case page beside its gated metrics where its results measured them: the throughput, the total time,
+the MFU and the CPU clock, gated or not."""
+GPU_BUSY = "gpu_busy_fraction"
+"""The least busy GPU's utilisation over the measured windows, from each record's GPU samples."""
 
 
 def build(url: str, out: Path, commit_url: str | None = None) -> list[Path]:
@@ -46,12 +52,17 @@ def build(url: str, out: Path, commit_url: str | None = None) -> list[Path]:
     write_assets(out)
     recorded = {p.result_id: p for p in points}
     paired = {key for key, result in records.items() if result.reference is not None}
-    gated = series([p for p in points if p.gated and p.result_id not in paired])
+    alone = [p for p in [*points, *gpu_busy(recorded, records)] if p.result_id not in paired]
+    gated = series([p for p in alone if p.gated])
     pages = [write_overview(site, gated, database.shown),
              write_ab_sessions(site, [(recorded[key], records[key]) for key in sorted(paired) if key in recorded])]
     by_case: dict[tuple[str, str], list[Series]] = {}
     for one in gated:
         by_case.setdefault((one.case, one.hardware_class), []).append(one)
+    for one in series([p for p in alone if not p.gated and p.metric in (*ALSO_SHOWN, GPU_BUSY)]):
+        found = by_case.get((one.case, one.hardware_class))
+        if found is not None and one.metric not in {other.metric for other in found}:
+            found.append(one)
     for (case, hardware_class), found in sorted(by_case.items()):
         planted = [r for r in records.values() if (r.case, r.hardware_class) == (case, hardware_class)]
         pages.append(write_case(site, case, hardware_class, found, detection_power(planted)))
@@ -60,6 +71,14 @@ def build(url: str, out: Path, commit_url: str | None = None) -> list[Path]:
             result = records[point.result_id]
             pages.append(write_run(site, point, result, (result.case, result.hardware_class) in by_case))
     return pages
+
+
+def gpu_busy(recorded: dict[int, Point], records: dict[int, Result]) -> list[Point]:
+    """Each result's GPU busy share as a point of its own series (the database keeps it in the record only)."""
+    return [dataclasses.replace(recorded[key], metric=GPU_BUSY, value=float(result.gpu["mean_utilization"]),
+                                gated=False, metric_verdict=None)
+            for key, result in records.items()
+            if key in recorded and result.gpu and result.gpu.get("mean_utilization") is not None]
 
 
 def write_assets(out: Path) -> None:
