@@ -28,6 +28,7 @@ from fakes import record  # noqa: E402
 
 from perfgate.dashboard.markup import slug  # noqa: E402
 from perfgate.dashboard.site import build  # noqa: E402
+from perfgate.measure import stats  # noqa: E402
 from perfgate.result import Result  # noqa: E402
 from perfgate.trend.database import Bisection, Context, ResultsDatabase  # noqa: E402
 
@@ -59,8 +60,8 @@ def fill(url: str, runs: int, cases: int, classes: int, seed: int) -> None:
                                   "change": 0.0, "tolerance": 0.05, "verdict": "pass"}],
                         per_run=[{"run": 0, "time_s": {"startup_s": 6.0, "warmup_s": 2.0, "window_s": 8.0,
                                                        "after_window_s": 0.5, "teardown_s": 1.0, "total_s": 17.5}}]))
-            if number % 10 == 0:
-                results.append(ab_session(names[0], hardware[0], commit, rng))
+            if number % 10 == 9:
+                results.append(ab_session(names[0], hardware[0], commit, previous, rng))
             database.record(results, Context(session=f"s{number}", commit=commit,
                                              branch="main" if number % 4 else "feature", launcher="local", nodes=1,
                                              environment={"torch": "2.14.1", "python": "3.11.7"}))
@@ -75,21 +76,24 @@ def fill(url: str, runs: int, cases: int, classes: int, seed: int) -> None:
         database.close()
 
 
-def ab_session(case: str, hardware_class: str, commit: str, rng: random.Random) -> Result:
+def ab_session(case: str, hardware_class: str, commit: str, previous: str, rng: random.Random) -> Result:
     """Five duet pairs of the commit against the one before, within a percent of each other."""
     reference = [100.0 * rng.gauss(1.0, 0.01) for _ in range(5)]
     candidate = [value * rng.gauss(1.0, 0.005) for value in reference]
+    compared = stats.compare_pairs(reference, candidate)
     return record(case, hardware_class=hardware_class, verdict="pass", candidate_commit=commit,
-                  reference={"revision": "HEAD~1", "commit": commit, "per_run": [{}] * 5},
+                  reference={"revision": "HEAD~1", "commit": previous, "per_run": [{}] * 5},
                   measured={WALL: statistics.median(candidate)},
                   metrics=[{"metric": WALL, "unit": "samples/s", "measured": statistics.median(candidate),
-                            "baseline": statistics.median(reference), "change": 0.0, "ci": [-0.01, 0.01],
-                            "verdict": "pass", "run_values": candidate, "baseline_runs": reference}])
+                            "baseline": statistics.median(reference), "change": compared.change,
+                            "ci": [compared.ci_low, compared.ci_high], "verdict": "pass", "run_values": candidate,
+                            "baseline_runs": reference}])
 
 
 def load_times(site: Path, pages: list[str], screenshots: Path | None) -> dict[str, float]:
     """Each page's load time in headless Chromium, from its navigation timing (seconds)."""
     from selenium import webdriver
+    from selenium.webdriver.support.ui import WebDriverWait
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
@@ -101,8 +105,9 @@ def load_times(site: Path, pages: list[str], screenshots: Path | None) -> dict[s
     try:
         for page in pages:
             driver.get((site / page).as_uri())
-            found[page] = driver.execute_script(
-                "const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd / 1000;")
+            # Selenium returns once the document is complete, which is just before the load event has ended.
+            found[page] = WebDriverWait(driver, 30).until(lambda d: d.execute_script(
+                "const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd / 1000;"))
             if page.startswith("case/"):
                 found["comparing two other commits there"] = driver.execute_script(
                     "const b = document.querySelector('select[data-compare=b]'); const began = performance.now();"
@@ -137,7 +142,7 @@ def main() -> int:
         shown = ["index.html", f"case/{slug('case00-fp32-cpu', 'cpu-class0-2c-n1')}.html", f"run/{first_run}.html",
                  "ab.html"]
         for page, seconds in load_times(out, shown, args.screenshots).items():
-            print(f"{page}: loaded in {seconds:.2f} s")
+            print(f"{page}: {seconds * 1000:,.0f} ms")
     return 0
 
 
