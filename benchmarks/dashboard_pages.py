@@ -108,14 +108,14 @@ def load_times(site: Path, pages: list[str], screenshots: Path | None) -> dict[s
             # Selenium returns once the document is complete, which is just before the load event has ended.
             found[page] = WebDriverWait(driver, 30).until(lambda d: d.execute_script(
                 "const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd / 1000;"))
+            if screenshots is not None:
+                screenshots.mkdir(parents=True, exist_ok=True)
+                driver.save_screenshot(str(screenshots / f"dashboard-{page.split('/')[0].removesuffix('.html')}.png"))
             if page.startswith("case/"):
                 found["comparing two other commits there"] = driver.execute_script(
                     "const b = document.querySelector('select[data-compare=b]'); const began = performance.now();"
                     "b.selectedIndex = 0; b.dispatchEvent(new Event('change'));"
                     "return (performance.now() - began) / 1000;")
-            if screenshots is not None:
-                screenshots.mkdir(parents=True, exist_ok=True)
-                driver.save_screenshot(str(screenshots / f"dashboard-{page.split('/')[0].removesuffix('.html')}.png"))
     finally:
         driver.quit()
     return found
@@ -127,7 +127,7 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=20)
     parser.add_argument("--classes", type=int, default=3)
     parser.add_argument("--seed", type=int, default=49)
-    parser.add_argument("--screenshots", type=Path, help="save the three pages' screenshots here")
+    parser.add_argument("--screenshots", type=Path, help="save the pages' screenshots here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="perfgate-dashboard-") as scratch:
         url, out = str(Path(scratch) / "history.db"), Path(scratch) / "site"

@@ -14,8 +14,8 @@ from fakes import record
 from bisect_runs import comparisons, scratch_env, verdicts
 from sleeper_repo import SLEEPER, SUITE, git, init, worktrees
 
-from perfgate.bisect.commits import BisectUsageError, Commit, Worktrees, first_parent_range
 from perfgate.bisect import kept
+from perfgate.bisect.commits import BisectUsageError, Commit, Worktrees, first_parent_range
 from perfgate.bisect.driver import Bisect
 from perfgate.bisect.search import BAD, GOOD, SKIP, UNKNOWN, Measured, Search, Step, classify
 from perfgate.bisect.session import Outcome
@@ -63,10 +63,12 @@ def bisect(repo, *args, timeout=900):
 @pytest.mark.launches
 def test_the_commit_that_doubled_the_step_is_named_within_log2_n_plus_2_comparisons_skipping_one_that_crashes(history):
     repo, shas = history
-    done = bisect(repo, shas[0], shas[8], "--perf-report", str(repo.parent / "report"))
+    done = bisect(repo, shas[0], shas[8], "--perf-report", str(repo.parent / "report"),
+                  "--perf-history", "../history.db")
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert f"first bad commit {shas[5]}" in output
+    assert f"perfgate bisect: kept the answer(s) in {repo.parent / 'history.db'}" in output
     assert "subject: change 5: twice as slow" in output and "author:  ci" in output
     assert len(comparisons(output)) <= math.ceil(math.log2(8)) + 2, output
     assert f"{shas[6][:10]} is skip" in output, "the commit that does not train is skipped, as git bisect skip does"
@@ -79,6 +81,12 @@ def test_the_commit_that_doubled_the_step_is_named_within_log2_n_plus_2_comparis
     assert (repo.parent / "report" / "bisect.md").read_text().count("first bad commit") == 1
     assert (repo.parent / "report" / "bisect-sleeper-sleep-cpu.png").stat().st_size > 0
     assert worktrees(repo) == [f"worktree {repo}"], "every worktree is removed"
+    database = pytest.importorskip("perfgate.trend.database").ResultsDatabase(str(repo.parent / "history.db"))
+    (kept_answer,) = database.bisections()
+    paired = [r for r in database.records().values() if r.reference is not None]
+    database.close()
+    assert (kept_answer.case, kept_answer.culprit) == ("sleeper-sleep-cpu", shas[5])
+    assert len(paired) >= len(comparisons(output)), "each verdict's A/B results went to the database the bisect named"
 
 
 @pytest.mark.parametrize("good, bad, message", [
@@ -294,3 +302,14 @@ def test_each_answer_is_kept_in_the_results_database_the_sessions_wrote_to(tmp_p
         "case", "k", found.commits[0].sha, found.commits[-1].sha, found.commits[3].sha)
     assert f"case: first bad commit {found.commits[3].sha}" in first.answer
     assert second.culprit is None and second.suspects == [open_.commits[2].sha, open_.commits[3].sha]
+    (tmp_path / "a-file").write_text("")
+    assert kept.keep(str(tmp_path / "a-file" / "history.db"), [found]).startswith("the answers were not kept: "), \
+        "a database that cannot be written is a line, not a traceback that changes the exit status"
+
+
+def test_a_relative_history_path_is_the_one_the_bisect_was_started_in_not_each_worktrees(tmp_path):
+    assert kept.anchored(["-k", "x", "--perf-history", "results/h.db"], tmp_path) == [
+        "-k", "x", "--perf-history", str(tmp_path / "results/h.db")]
+    assert kept.anchored(["--perf-history=h.db"], tmp_path) == [f"--perf-history={tmp_path / 'h.db'}"]
+    assert kept.anchored(["--perf-history", "postgresql://ci@db/perf", "--perf-history=/abs/h.db"], tmp_path) == [
+        "--perf-history", "postgresql://ci@db/perf", "--perf-history=/abs/h.db"]

@@ -114,6 +114,8 @@ def test_a_case_page_draws_its_cpu_clock_and_gpu_busy_beside_its_gated_metrics_a
     assert "probe_matmul_gflops" not in titles, "the probe reads the machine, not the case"
     data = json.loads(text.split('id="compare-data">')[1].split("</script>")[0])
     assert set(data["metrics"]) == {WALL, "cpu_seconds_per_sample", "gpu_busy_fraction"}
+    assert data["metrics"]["cpu_seconds_per_sample"]["sigma"] is None, "every session read 0.01: no noise to judge by"
+    assert [c["sha"] for c in data["commits"]] == [sha(i) for i in range(12)]
 
 
 def test_a_change_point_says_what_changed_in_the_environment_and_the_case_says_what_its_plants_caught(site):
@@ -298,8 +300,21 @@ def test_the_noise_between_two_commits_is_the_pooled_spread_around_each_segment(
     assert found.degrees_of_freedom == 4
     assert found.sigma == pytest.approx(statistics.stdev(math.log(v) for v in values))
     assert found.t == pytest.approx(2.776, abs=1e-3), "Student's t, 95 %, 4 degrees of freedom"
-    (lone,) = series([Point(0, when, "c", "hw", WALL, 100.0, sha(0), "pass", True, "1")])
-    assert compare.noise(lone) is None
+    fast, slow = [100.0, 104.0, 96.0, 100.0, 102.0, 98.0] * 2, [70.0, 71.0, 69.0] * 4
+    (stepped,) = series([Point(i, when, "c", "hw", WALL, v, sha(i), "pass", True, "1")
+                         for i, v in enumerate(fast + slow)])
+    assert [c.index for c in stepped.changes] == [12]
+    pooled = compare.noise(stepped)
+    squares = sum((math.log(v) - statistics.fmean(math.log(u) for u in part)) ** 2
+                  for part in (fast, slow) for v in part)
+    assert pooled.degrees_of_freedom == 22 and pooled.sigma == pytest.approx(math.sqrt(squares / 22)), \
+        "each value against its own segment's mean: the step is not noise"
+
+    def alone(*values):
+        (one,) = series([Point(i, when, "c", "hw", WALL, v, sha(i), "pass", True, "1") for i, v in enumerate(values)])
+        return compare.noise(one)
+    assert alone(100.0) is None and alone(100.0, 100.0, 100.0) is None, "no spread to judge by"
+    assert alone(100.0, math.inf, 99.0) is None and alone(100.0, 0.0, 99.0) is None
 
 
 def compared(driver):
@@ -339,6 +354,12 @@ def test_in_a_browser_any_two_commits_compare_against_the_history_noise_and_live
     assert compared(browser)[WALL][3:] == [change, f"{low}..{high}", "within the noise"]
     browser.get(f"{page}?a={sha(9)}&b={sha(2)}")
     assert compared(browser)[WALL][5] == "better", "from the slow commit back to a fast one"
+    browser.get(f"{page}?a=deadbeef&b={sha(3)[:10]}")
+    assert Select(browser.find_element(By.NAME, "a")).first_selected_option.get_attribute("value") == sha(7), \
+        "a commit the case does not have falls back to the default, and leaves the URL"
+    assert Select(browser.find_element(By.NAME, "b")).first_selected_option.get_attribute("value") == sha(3), \
+        "a short SHA finds its commit"
+    assert "a=" not in browser.current_url and f"b={sha(3)[:10]}" in browser.current_url
     assert console_errors(browser) == []
 
 

@@ -160,6 +160,7 @@ def main(argv: Sequence[str]) -> int:
         return USAGE
     scratch = Path(tempfile.mkdtemp(prefix="perfgate-bisect-"))
     worktrees = Worktrees(root, scratch)
+    pytest_args = kept.anchored(pytest_args, Path.cwd())
     sessions = Sessions(pytest_args, scratch, args.bisect_logs.resolve())
     bisect = Bisect(root, commits, sessions, worktrees, args.bisect_max_pairs)
     previous = signal.signal(signal.SIGTERM, _interrupted)

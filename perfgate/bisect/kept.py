@@ -4,6 +4,7 @@ The database needs ``perfgate[trend]``, which a bisect without ``--perf-history`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 from perfgate.bisect import report as bisection
@@ -14,7 +15,7 @@ OPTION = "--perf-history"
 
 def history_url(pytest_args: Sequence[str]) -> str | None:
     """The last ``--perf-history URL`` (or ``--perf-history=URL``) among the options the sessions get, as pytest
-    reads them."""
+    reads them (one set through addopts or an ini file is not seen: give it on the command line)."""
     url = None
     for index, arg in enumerate(pytest_args):
         if arg == OPTION and index + 1 < len(pytest_args):
@@ -24,16 +25,28 @@ def history_url(pytest_args: Sequence[str]) -> str | None:
     return url
 
 
+def anchored(pytest_args: Sequence[str], here: Path) -> list[str]:
+    """The options with a ``--perf-history`` path made absolute from ``here``: each session runs in its own worktree,
+    where a relative path would be a database of its own, gone with the worktree."""
+    anchored_args = list(pytest_args)
+    for index, arg in enumerate(anchored_args):
+        if arg == OPTION and index + 1 < len(anchored_args) and "://" not in anchored_args[index + 1]:
+            anchored_args[index + 1] = str(here / anchored_args[index + 1])
+        elif arg.startswith(OPTION + "=") and "://" not in arg:
+            anchored_args[index] = f"{OPTION}={here / arg.split('=', 1)[1]}"
+    return anchored_args
+
+
 def keep(url: str, searches: Sequence[CaseSearch]) -> str:
     """Writes each searched case's answer; returns the line that says where, or why they were not kept: they were
-    printed already, so nothing else is lost."""
+    printed already, so nothing else is lost and the bisect's exit status stands."""
     try:
         from perfgate.trend.database import Bisection, DatabaseError, ResultsDatabase
     except ImportError as exc:
-        return f"the answers were not kept in {url}: {exc} (pip install 'perfgate[trend]')"
+        return f"the answers were not kept: {exc} (pip install 'perfgate[trend]')"
     try:
         database = ResultsDatabase(url)
-    except DatabaseError as exc:
+    except (DatabaseError, OSError, ImportError) as exc:
         return f"the answers were not kept: {exc}"
     try:
         for case in searches:

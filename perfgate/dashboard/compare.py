@@ -13,6 +13,7 @@ and the gate's own interval of their geometric mean.
 
 from __future__ import annotations
 
+import datetime
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -23,6 +24,8 @@ from perfgate.result import Result
 from perfgate.trend.analysis import Series
 
 CONFIDENCE = 0.95
+SAME = 1e-9
+"""A spread of the log values below this is rounding: the sessions read the same."""
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,16 @@ class Noise:
     t: float
 
 
+def usable(value: float) -> bool:
+    """A value whose log is a number: finite and positive."""
+    return math.isfinite(value) and value > 0
+
+
 def noise(one: Series) -> Noise | None:
-    """None where the series cannot show a spread: a value that is not positive, or no more sessions than
-    segments."""
+    """None where the series cannot show a spread: a value that is not finite and positive, no more sessions than
+    segments, or sessions that all read the same (a spread of zero would call any difference real)."""
     values = one.values
-    if any(value <= 0 for value in values):
+    if not all(usable(value) for value in values):
         return None
     squares, count = 0.0, 0
     for start, end, _ in one.segments():
@@ -46,38 +54,38 @@ def noise(one: Series) -> Noise | None:
         centre = sum(logs) / len(logs)
         squares += sum((log - centre) ** 2 for log in logs)
         count += len(logs) - 1
-    if count < 1:
+    sigma = math.sqrt(squares / count) if count else 0.0
+    if sigma < SAME:
         return None
-    return Noise(math.sqrt(squares / count), count, float(stats.t.ppf(0.5 + CONFIDENCE / 2, count)))
+    return Noise(sigma, count, float(stats.t.ppf(0.5 + CONFIDENCE / 2, count)))
 
 
 def commit_data(found: Sequence[Series]) -> dict[str, Any]:
-    """What the case page's script needs to compare any two commits: each metric's noise and direction, and each
-    commit's sessions (its log values), oldest commit first."""
-    commits: dict[str, str] = {}
+    """What the case page's script needs to compare any two commits: each commit (oldest first), and each metric's
+    direction, noise and sessions (their log values, by commit)."""
+    seen: dict[str, datetime.datetime] = {}
     metrics = {}
     for one in found:
         spread = noise(one)
         logs: dict[str, list[float]] = {}
         for point in one.points:
-            if point.commit and point.value > 0:
-                commits.setdefault(point.commit, f"{point.recorded_at:%Y-%m-%d %H:%M}")
+            if point.commit and usable(point.value):
+                seen[point.commit] = min(seen.get(point.commit, point.recorded_at), point.recorded_at)
                 logs.setdefault(point.commit, []).append(math.log(point.value))
-        metrics[one.metric] = {
-            "unit": one.unit, "higher_is_better": one.higher_is_better, "logs": logs,
-            "sigma": spread.sigma if spread else None, "t": spread.t if spread else None,
-            "degrees_of_freedom": spread.degrees_of_freedom if spread else None}
-    return {"commits": [{"sha": sha, "first_seen": when} for sha, when in commits.items()], "metrics": metrics,
-            "confidence": CONFIDENCE}
+        metrics[one.metric] = {"higher_is_better": one.higher_is_better, "logs": logs,
+                               "sigma": spread.sigma if spread else None, "t": spread.t if spread else None}
+    commits = sorted(seen, key=lambda sha: seen[sha])
+    return {"commits": [{"sha": sha, "first_seen": f"{seen[sha]:%Y-%m-%d %H:%M}"} for sha in commits],
+            "metrics": metrics}
 
 
-def default_pair(found: Sequence[Series]) -> tuple[str | None, str | None]:
-    """The commits either side of the newest change point of any metric, else the oldest and the newest commit."""
-    changed = [(one.points[c.index].recorded_at, one, c) for one in found for c in one.changes]
+def default_pair(found: Sequence[Series], commits: Sequence[str]) -> tuple[str | None, str | None]:
+    """The commits either side of the newest change point of a gated metric, else the oldest and the newest of
+    ``commits``."""
+    changed = [(one.points[c.index].recorded_at, one, c) for one in found if one.points[0].gated for c in one.changes]
     if changed:
         _, one, change = max(changed, key=lambda item: item[0])
         return one.points[change.index - 1].commit, one.points[change.index].commit
-    commits = [p.commit for one in found for p in one.points if p.commit]
     return (commits[0], commits[-1]) if commits else (None, None)
 
 
@@ -94,6 +102,7 @@ class Pairs:
 
     @property
     def ratios(self) -> list[float]:
+        """Each pair's candidate against its reference, -0.1 for 10 % less."""
         return [cand / ref - 1.0 for ref, cand in zip(self.reference, self.candidate)]
 
 

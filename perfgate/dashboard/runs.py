@@ -40,9 +40,9 @@ def write_run(site: Site, point: Point, result: Result, has_case_page: bool) -> 
                      "-" if row.get("tolerance") is None else f"{row['tolerance']:.1%}",
                      verdict_html(row.get("verdict")), html.escape(str(row.get("reason") or ""))]
                     for row in result.metrics]
-    timed = [run for run in result.per_run if run.get("time_s")]
-    time_cells = [[str(run.get("run", i) + 1)] + [number(run["time_s"].get(key)) for key in TIME_KEYS]
-                  for i, run in enumerate(timed)]
+    timed = [(run.get("run", i), run) for i, run in enumerate(result.per_run) if run.get("time_s")]
+    time_cells = [[str(number_of + 1)] + [number(run["time_s"].get(key)) for key in TIME_KEYS]
+                  for number_of, run in timed]
     environment = result.environment or site.environments.get(point.result_id) or {}
     body = (definitions(facts) + message
             + "<h2>Gated metrics</h2>" + table(("metric", "measured", "baseline", "change", "tolerance", "verdict",
@@ -76,8 +76,8 @@ def pairs_html(stem: Path, found: Sequence[compare.Pairs]) -> str:
     interval."""
     if not found:
         return ""
-    rows = [{"metric": one.metric, "pair": i + 1, "reference": ref, "candidate": cand, "ratio": cand / ref - 1.0}
-            for one in found for i, (ref, cand) in enumerate(zip(one.reference, one.candidate))]
+    rows = [{"metric": one.metric, "pair": i + 1, "reference": ref, "candidate": cand, "ratio": ratio}
+            for one in found for i, (ref, cand, ratio) in enumerate(zip(one.reference, one.candidate, one.ratios))]
     parts = []
     for index, one in enumerate(found):
         interval = f" [{one.ci[0]:+.1%}..{one.ci[1]:+.1%}]" if one.ci else ""

@@ -177,9 +177,10 @@ def run_page(result_id: int) -> str:
     return f"../run/{result_id}.html"
 
 
-def changes_html(site: Site, found: Sequence[Series]) -> str:
-    """Each change point: the environment diff between the results either side of it."""
-    items = []
+def changes_html(site: Site, found: Sequence[Series], bisections: Sequence[Bisection]) -> str:
+    """Each change point: the environment diff between the results either side of it, and the bisection that
+    explains it (told once, at the first metric whose step it explains)."""
+    items, told = [], []
     for one in found:
         for change in one.changes:
             before, after = one.points[change.index - 1], one.points[change.index]
@@ -187,8 +188,8 @@ def changes_html(site: Site, found: Sequence[Series]) -> str:
                                     site.environments.get(after.result_id, {}))
             what = ("; ".join(f"{html.escape(name)} {html.escape(str(old))} &rarr; {html.escape(str(new))}"
                               for name, old, new in diff) if diff else "the environment did not change")
-            named = [b for b in site.bisections if (b.case, b.hardware_class) == (one.case, one.hardware_class)
-                     and explains(b, before.commit, after.commit)]
+            named = [b for b in bisections if explains(b, before.commit, after.commit) and b not in told]
+            told.extend(named)
             bisected = "".join(f"; perfgate bisect {bisection_html(site, b)}" for b in named)
             items.append(f"<li>{html.escape(one.metric)} {change.change:+.1%} at "
                          f"{commit_html(site, after.commit)} (after {commit_html(site, before.commit)}): "
@@ -199,6 +200,7 @@ def changes_html(site: Site, found: Sequence[Series]) -> str:
 def explains(bisection: Bisection, before: str | None, after: str | None) -> bool:
     """Whether a bisection answers a change point: it named the first result's commit after the step, or it searched
     between the commits either side of it."""
+    before, after = (commit.removesuffix("-dirty") if commit else commit for commit in (before, after))
     return bool(after) and (bisection.culprit == after or (bisection.good, bisection.bad) == (before, after))
 
 
@@ -211,8 +213,7 @@ def bisection_html(site: Site, bisection: Bisection) -> str:
             f"<details><summary>its verdicts</summary><pre>{html.escape(bisection.answer)}</pre></details>")
 
 
-def bisections_html(site: Site, case: str, hardware_class: str) -> str:
-    mine = [b for b in site.bisections if (b.case, b.hardware_class) == (case, hardware_class)]
+def bisections_html(site: Site, mine: Sequence[Bisection]) -> str:
     if not mine:
         return ""
     items = "".join(f'<li class="bisection">{b.recorded_at:%Y-%m-%d %H:%M}: {bisection_html(site, b)}</li>'
@@ -226,21 +227,22 @@ def compare_html(site: Site, found: Sequence[Series]) -> str:
     data = compare.commit_data(found)
     if len(data["commits"]) < 2:
         return ""
-    first, second = compare.default_pair(found)
+    first, second = compare.default_pair(found, [commit["sha"] for commit in data["commits"]])
     options = "".join(f'<option value="{html.escape(c["sha"])}">{html.escape(c["sha"][:12])} '
                       f'({html.escape(c["first_seen"])})</option>' for c in data["commits"])
     selects = "".join(f'<label>{label} <select name="{name}" data-compare="{name}" data-default="{html.escape(sha or "")}">'
                       f'{options}</select></label>' for name, label, sha in (("a", "from", first), ("b", "to", second)))
-    payload = json.dumps(data).replace("</", "<\\/")
+    payload = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return (f'<h2 id="compare">Compare two commits</h2><p>The change from one commit to the other, with its '
-            f'{data["confidence"]:.0%} interval: the noise is this case\'s spread between sessions in the history '
+            f'{compare.CONFIDENCE:.0%} interval: the noise is this case\'s spread between sessions in the history '
             f'(pooled within its segments), so one session of each commit is enough to ask.</p>'
             f'<form class="compare">{selects}</form><table class="compared"><thead><tr><th>metric</th><th>from</th>'
-            f'<th>to</th><th>change</th><th>{data["confidence"]:.0%} interval</th><th>reads</th></tr></thead>'
+            f'<th>to</th><th>change</th><th>{compare.CONFIDENCE:.0%} interval</th><th>reads</th></tr></thead>'
             f'<tbody></tbody></table><script type="application/json" id="compare-data">{payload}</script>')
 
 
 def write_case(site: Site, case: str, hardware_class: str, found: Sequence[Series], power: DetectionPower) -> Path:
+    mine = [b for b in site.bisections if (b.case, b.hardware_class) == (case, hardware_class)]
     folder = site.out / "case"
     folder.mkdir(exist_ok=True)
     name = slug(case, hardware_class)
@@ -255,7 +257,7 @@ def write_case(site: Site, case: str, hardware_class: str, found: Sequence[Serie
     body = (f'<p>Each point is one session\'s result against its stored baseline (click it for its run; A/B sessions '
             f'are on <a href="../ab.html">their own page</a>); dashed lines are the change points '
             f'found by Otava (red worse, green better), orange lines the segments\' means.</p>{charts_html}'
-            f'{changes_html(site, found)}{compare_html(site, found)}{bisections_html(site, case, hardware_class)}'
+            f'{changes_html(site, found, mine)}{compare_html(site, found)}{bisections_html(site, mine)}'
             f'<h2>Detection power</h2><p class="power">{html.escape(power.describe())}</p>'
             + table(("result", "recorded at", "commit", "branch", "verdict", "metric", "value", "run"), rows, cells)
             + export(folder / name, CASE_COLUMNS, rows))

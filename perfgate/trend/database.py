@@ -65,7 +65,6 @@ METRICS = sa.Table(
 )
 
 
-
 def _bisection_columns() -> list[sa.Column]:
     """The bisections table's columns, new each time: a column belongs to one table (and the migration makes one)."""
     return [sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
@@ -174,6 +173,7 @@ class Bisection:
     answer: str
     """What the bisect printed for the case: each verdict, and the commit it named."""
     recorded_at: datetime.datetime | None = None
+    """When it was kept (now, where a new one leaves it out)."""
 
 
 class ResultsDatabase:
@@ -276,7 +276,8 @@ class ResultsDatabase:
         try:
             with self.engine.begin() as connection:
                 connection.execute(BISECTIONS.insert().values(
-                    recorded_at=datetime.datetime.now(datetime.timezone.utc), case_id=bisection.case,
+                    recorded_at=bisection.recorded_at or datetime.datetime.now(datetime.timezone.utc),
+                    case_id=bisection.case,
                     hardware_class=bisection.hardware_class, good=bisection.good, bad=bisection.bad,
                     culprit=bisection.culprit, suspects=bisection.suspects, answer=bisection.answer))
         except sa.exc.SQLAlchemyError as exc:

@@ -63,13 +63,22 @@ function compareCommits() {
   const data = JSON.parse(source.textContent);
   const params = new URLSearchParams(window.location.search);
   const chosen = {};
+  let changed = false;
   document.querySelectorAll("select[data-compare]").forEach((select) => {
-    const wanted = params.get(select.dataset.compare) || select.dataset.default;
-    if (Array.from(select.options).some((option) => option.value === wanted)) {
-      select.value = wanted;
+    const name = select.dataset.compare;
+    const asked = params.get(name);
+    const found = asked && Array.from(select.options).find((option) => option.value.startsWith(asked));
+    select.value = found ? found.value : select.dataset.default;
+    if (asked && !found) {
+      params.delete(name);
+      changed = true;
     }
-    chosen[select.dataset.compare] = select.value;
+    chosen[name] = select.value;
   });
+  if (changed) {
+    const query = params.toString();
+    window.history.replaceState(null, "", `${query ? `?${query}` : window.location.pathname}${window.location.hash}`);
+  }
   const body = document.querySelector("table.compared tbody");
   body.replaceChildren();
   Object.entries(data.metrics).forEach(([metric, info]) => {
@@ -79,8 +88,8 @@ function compareCommits() {
     if (from.length && to.length) {
       const shift = meanOf(to) - meanOf(from);
       cells[3] = percent(Math.exp(shift) - 1);
-      if (info.sigma === null) {
-        cells[5] = "too few sessions to know the noise";
+      if (!info.sigma) {
+        cells[5] = "the history shows no noise to judge by";
       } else {
         const half = info.t * info.sigma * Math.sqrt(1 / from.length + 1 / to.length);
         const low = Math.exp(shift - half) - 1;
@@ -113,13 +122,13 @@ function onCompareChange(event) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  document.querySelectorAll("select[data-compare]").forEach((select) => {
-    select.addEventListener("change", onCompareChange);
-  });
-  compareCommits();
   document.querySelectorAll("select[data-filter]").forEach((select) => {
     select.addEventListener("change", onFilterChange);
   });
   applyFilters();
   linkPoints();
+  document.querySelectorAll("select[data-compare]").forEach((select) => {
+    select.addEventListener("change", onCompareChange);
+  });
+  compareCommits();
 });
