@@ -126,6 +126,8 @@ class Result:
     known: list[Row] = dataclasses.field(default_factory=list)
     history: list[Row] = dataclasses.field(default_factory=list)
     """Where each gated metric stands in the results database (--perf-history), set once the session is kept."""
+    command: Optional[str] = None
+    """The exact launch command (its run directory as $WORKDIR), once the case has launched."""
 
     def conclude(self, verdict: Verdict, message: str | None = None) -> None:
         """Sets the verdict (and the failure's message), refusing a word that is not one."""
@@ -135,9 +137,9 @@ class Result:
         if message is not None:
             self.message = message
 
-    def to_json(self, **extra: Any) -> dict[str, Any]:
-        """The record as plain JSON types; ``extra`` keys after it (``command`` in result.json)."""
-        return {**json.loads(json.dumps(dataclasses.asdict(self), default=str)), **extra}
+    def to_json(self) -> dict[str, Any]:
+        """The record as plain JSON types."""
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
 
     @classmethod
     def from_json(cls, data: Any, where: str = "the record") -> Result:
@@ -181,5 +183,4 @@ def json_schema() -> dict[str, Any]:
     schema = _adapter().json_schema(mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "perfgate result"
-    schema["properties"]["command"] = {"type": "string", "description": "The launch command, in result.json only."}
     return schema

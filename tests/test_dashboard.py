@@ -32,6 +32,7 @@ def result(case, hardware_class, value, verdict="pass", message=None):
     return record(case, hardware_class=hardware_class, verdict=verdict, message=message,
                   measured={WALL: value, "cpu_seconds_per_sample": 0.01, "probe_matmul_gflops": 100.0},
                   gpu={"samples": 10, "mean_utilization": 0.9 * value / 100.0},
+                  command="python -m torch.distributed.run --nproc-per-node 2 clip.py --records $WORKDIR/steps.jsonl",
                   metrics=[{"metric": WALL, "unit": "samples/s", "measured": value, "baseline": 100.0,
                             "change": value / 100.0 - 1, "tolerance": 0.06, "verdict": verdict}])
 
@@ -103,6 +104,8 @@ def test_a_case_page_and_each_run_page_say_what_the_record_holds(site):
     run = (case.parent / rows[8]["run"]).resolve()
     text = run.read_text()
     assert "clip-cpu: performance regression" in text and "verdict-FAIL" in text
+    assert "<code>python -m torch.distributed.run --nproc-per-node 2 clip.py --records $WORKDIR/steps.jsonl</code>" \
+        in text, "the exact command"
     assert json.loads(run.with_suffix(".json").read_text())["schema_version"] >= 2
 
 

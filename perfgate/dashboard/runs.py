@@ -32,6 +32,7 @@ def write_run(site: Site, point: Point, result: Result, has_case_page: bool) -> 
              ("branch", html.escape(point.branch or "")), ("test", f"<code>{html.escape(result.test)}</code>"),
              ("world size", str(result.world_size)),
              ("A/B reference", reference_html(site, result.reference) if result.reference else ""),
+             ("command", f"<code>{html.escape(result.command)}</code>" if result.command else ""),
              ("planted slowdown", f"{result.injected_slowdown:.0%}" if result.injected_slowdown else ""),
              ("logs were in", f"<code>{html.escape(result.workdir or '')}</code>" if result.workdir else "")]
     message = f"<h2>Why</h2><pre>{html.escape(result.message)}</pre>" if result.message else ""

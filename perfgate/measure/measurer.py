@@ -236,8 +236,8 @@ class Measurer:
                 f"{self.result.case}: the least busy GPU was utilised {gpu['mean_utilization']:.0%} of the "
                 f"measured window (< {min_gpu_util:.0%}, --perf-min-gpu-util): the case is bound by something other "
                 "than the GPU (input pipeline, host, communication); see the benchy IO / SYNTHETIC columns"))
-        record = self.result.to_json(command=self.measurement.command)
-        (self.plan.spec.workdir / "result.json").write_text(json.dumps(record, indent=2) + "\n")
+        self.result.command = self.measurement.command or None
+        (self.plan.spec.workdir / "result.json").write_text(json.dumps(self.result.to_json(), indent=2) + "\n")
 
     def _diverged_first(self, run_dir: Path, index: int, argv: list[str], failure: LaunchFailed) -> None:
         """A loss that went NaN or infinite before a rank failed is the root cause: ranks fed NaN often abort (gloo's
