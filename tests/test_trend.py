@@ -317,6 +317,26 @@ def test_the_spread_between_sessions_counts_the_passed_sessions_of_this_version_
     assert learn(str(tmp_path / "new.db"), "c-cpu", "hw", "1", ["fastest_step_samples_per_second"]) == {}
 
 
+def test_a_change_point_too_new_to_tell_a_spread_after_it_is_reached_across_not_left_to_the_stored_tolerance(tmp_path):
+    """The machine sped up three sessions ago: too few sessions since to tell a spread, so the sessions before the
+    step count too; without them a plant the faster machine hides would pass quietly, with no word of the history
+    (the quiet plan of 2026-11-28 13:37, docs/measurements.md). Five sessions after it, they alone count."""
+    url = str(tmp_path / "history.db")
+    database = ResultsDatabase(url)
+    for value in [100.0, 101.0, 99.0, 100.5, 99.5, 100.0, 101.0, 99.0, 100.0, 100.5, 99.5, 100.0, 115.0, 116.0, 114.0]:
+        database.record([result(value=value)], CONTEXT)
+    database.close()
+    found = learn(url, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])["fastest_step_samples_per_second"]
+    assert found.sessions == 15 and found.where.endswith(
+        ", across a change point 3 session(s) ago (too few sessions since it to tell its spread alone)")
+    database = ResultsDatabase(url)
+    for value in (115.5, 114.5):
+        database.record([result(value=value)], CONTEXT)
+    database.close()
+    after = learn(url, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])["fastest_step_samples_per_second"]
+    assert (after.sessions, after.centre) == (5, 115.0) and "across" not in after.where
+
+
 def test_the_spread_counts_a_metric_where_it_passed_in_sessions_on_a_machine_like_this_one(tmp_path):
     """A loaded machine's sessions (probe near 55) read slower than a quiet one's (near 100), and a session left
     unresolved by another metric still passed this one: each session is judged against the sessions like it."""

@@ -14,7 +14,7 @@ import warnings
 from typing import Sequence
 
 from perfgate.judge.gate import SessionSpreadWarning
-from perfgate.judge.session_spread import SessionSpread
+from perfgate.judge.session_spread import MIN_SESSIONS, SessionSpread
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.trend.analysis import series
 from perfgate.trend.database import DatabaseError, NoDatabase, Point, ResultsDatabase
@@ -77,11 +77,25 @@ def spreads(points: Sequence[Point], case: str, workload_version: str, metrics: 
             and (machine is None or like(probes.get(point.result_id), machine))]
     found = {}
     for one in series(kept):
-        start, _, _ = one.segments()[-1]
-        spread = SessionSpread.of(one.metric, one.values[start:], where)
+        values, told = since_the_change(one.values, [start for start, _, _ in one.segments()])
+        spread = SessionSpread.of(one.metric, values, f"{where}{told}")
         if spread is not None:
             found[one.metric] = spread
     return found
+
+
+def since_the_change(values: Sequence[float], starts: Sequence[int]) -> tuple[list[float], str]:
+    """The values since the newest change point (each segment's start in ``starts``), and how they were chosen. A
+    change point too new for MIN_SESSIONS sessions after it is reached back over, segment by segment: the sessions
+    before it are the nearest word on how far this machine strays, and without them the stored tolerance alone would
+    judge, quietly, as if the history said nothing (a plant that a faster machine hid then passed with no warning)."""
+    newest = starts[-1]
+    for start in reversed(starts):
+        if len(values) - start >= MIN_SESSIONS:
+            break
+    told = "" if start == newest else (f", across a change point {len(values) - newest} session(s) ago (too few "
+                                       "sessions since it to tell its spread alone)")
+    return list(values[start:]), told
 
 
 def like(probe: float | None, machine: float) -> bool:
