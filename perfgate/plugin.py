@@ -159,8 +159,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     if state.settings.history_url:
         _check_history_url(state.settings.history_url)
+        if "://" not in state.settings.history_url:
+            _refuse_a_rootdir_taken_from(config, "--perf-history", state.settings.history_url)
     if state.settings.against_python:
-        _refuse_a_rootdir_taken_from(config, Path(state.settings.against_python))
+        _refuse_a_rootdir_taken_from(config, "--perf-against-python", state.settings.against_python)
     if state.settings.against or state.settings.against_python:
         try:
             state.reference = revision.ReferenceSide(state.root, state.settings.against, state.settings.against_python)
@@ -185,14 +187,18 @@ def _check_history_url(url: str) -> None:
         raise pytest.UsageError(f"perfgate: {exc}") from None
 
 
-def _refuse_a_rootdir_taken_from(config: pytest.Config, path: Path) -> None:
+def _refuse_a_rootdir_taken_from(config: pytest.Config, option: str, value: str) -> None:
     """pytest picks its rootdir before it knows plugins' options, from every argument that names an existing file, so
-    ``--perf-against-python /x/bin/python`` can make /x/bin (or a repository above it) the rootdir: the suite's ini,
-    cases and checkout would then be the wrong ones. ``--perf-against-python=/x/bin/python`` is one argument."""
-    rootpath, invocation = Path(config.rootpath), Path(config.invocation_params.dir)
-    if path.is_relative_to(rootpath) and not invocation.is_relative_to(rootpath):
-        raise pytest.UsageError(f"perfgate: pytest took {path} for a test path when it chose its rootdir ({rootpath}); "
-                                f"write it as one argument: --perf-against-python={path}")
+    ``--perf-against-python /x/bin/python`` or ``--perf-history /shared/history.db`` can make a directory above both
+    the checkout and that file the rootdir: the suite's ini, cases and checkout would then be the wrong ones.
+    ``OPTION=VALUE`` is one argument, which pytest leaves alone."""
+    invocation = Path(config.invocation_params.dir)
+    if value not in [str(arg) for arg in config.invocation_params.args]:
+        return
+    path, rootpath = Path(os.path.abspath(invocation / value)), Path(config.rootpath)
+    if path.exists() and path.is_relative_to(rootpath) and not path.is_relative_to(invocation):
+        raise pytest.UsageError(f"perfgate: pytest took {value} for a test path when it chose its rootdir "
+                                f"({rootpath}); write it as one argument: {option}={value}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -572,3 +572,17 @@ def test_a_session_never_shows_the_password_and_an_unreachable_database_leaves_t
                  *(path.read_text(errors="replace") for path in written if path.suffix in {".xml", ".json", ".md"})]:
         assert postgres.password not in text
     assert any(path.name == "junit.xml" for path in written) and any(path.name == "result.json" for path in written)
+
+
+def test_a_history_file_elsewhere_given_as_two_arguments_is_refused_before_it_moves_the_rootdir(repo, tmp_path_factory):
+    """pytest takes an argument that names an existing file for a test path when it picks its rootdir: a shared
+    history.db outside the checkout would make a directory above both the rootdir, and with it the checkout and the
+    cases. As one argument (--perf-history=PATH) pytest leaves it alone."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "history.db"
+    ResultsDatabase(str(elsewhere)).close()
+    apart = repo.runpytest_inprocess(*ARGS, "--co", "--perf-history", str(elsewhere))
+    assert apart.ret == pytest.ExitCode.USAGE_ERROR
+    apart.stderr.fnmatch_lines([f"*pytest took {elsewhere} for a test path when it chose its rootdir (*); write it as "
+                                f"one argument: --perf-history={elsewhere}"])
+    whole = repo.runpytest_inprocess(*ARGS, "--co", f"--perf-history={elsewhere}")
+    assert whole.ret == pytest.ExitCode.OK

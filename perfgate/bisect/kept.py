@@ -26,14 +26,16 @@ def history_url(pytest_args: Sequence[str]) -> str | None:
 
 
 def anchored(pytest_args: Sequence[str], here: Path) -> list[str]:
-    """The options with a ``--perf-history`` path made absolute from ``here``: each session runs in its own worktree,
-    where a relative path would be a database of its own, gone with the worktree."""
-    anchored_args = list(pytest_args)
-    for index, arg in enumerate(anchored_args):
-        if arg == OPTION and index + 1 < len(anchored_args) and "://" not in anchored_args[index + 1]:
-            anchored_args[index + 1] = str(here / anchored_args[index + 1])
-        elif arg.startswith(OPTION + "=") and "://" not in arg:
-            anchored_args[index] = f"{OPTION}={here / arg.split('=', 1)[1]}"
+    """The options with a ``--perf-history`` path made absolute from ``here``, as one argument: each session runs in
+    its own worktree, where a relative path would be a database of its own, gone with the worktree; and pytest takes
+    a separate argument naming an existing file for a test path when it picks its rootdir."""
+    anchored_args, values = [], iter(pytest_args)
+    for arg in values:
+        if arg == OPTION:
+            arg = f"{OPTION}={next(values, '')}"
+        if arg.startswith(OPTION + "=") and "://" not in arg:
+            arg = f"{OPTION}={here / arg.split('=', 1)[1]}"
+        anchored_args.append(arg)
     return anchored_args
 
 
