@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import shutil
 import statistics
 
@@ -174,8 +175,9 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
 @pytest.fixture
-def browser():
-    """Headless chromium, driven through its own chromedriver: nothing is downloaded (Selenium Manager is not asked)."""
+def browser(tmp_path):
+    """Headless chromium, driven through its own chromedriver: nothing is downloaded (Selenium Manager is not asked).
+    Its TMPDIR is the test's: chromium leaves its singleton directory behind in the temp dir on quit."""
     if not (CHROMIUM and CHROMEDRIVER):
         pytest.skip("no chromium and chromium-driver here (Debian packages; .ci/run installs them)")
     webdriver = pytest.importorskip("selenium.webdriver", reason="the browser tests need selenium (requirements.txt)")
@@ -184,7 +186,8 @@ def browser():
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--allow-file-access-from-files"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    service = webdriver.ChromeService(executable_path=CHROMEDRIVER, env={**os.environ, "TMPDIR": str(tmp_path)})
+    driver = webdriver.Chrome(options=options, service=service)
     driver.implicitly_wait(10)
     yield driver
     driver.quit()
