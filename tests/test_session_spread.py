@@ -185,3 +185,23 @@ def test_a_pass_says_how_large_a_slowdown_the_machine_lets_it_catch_only_where_t
     with warnings.catch_warnings():
         warnings.simplefilter("error", SessionSpreadWarning)
         assert gate(plan, [99.0, 100.0, 101.0], {METRIC: spread(relative=0.01)}).check().verdict == "pass"
+
+
+def test_a_pass_on_a_machine_that_outran_its_baseline_says_so_with_what_it_can_still_catch(tmp_path):
+    """Issue 47's quiet VM ran 8 % faster than on the baseline's day: a planted 5 % read +4.3 % faster than the
+    baseline and 2.9 % worse than the unchanged sessions, a pass, with nothing said (2026-11-28, 16:45). A pass there
+    says that the baseline hides a slowdown as large as the speed-up, and how large a one the sessions still catch."""
+    plan = make_plan(tmp_path)
+    store(plan)
+    with pytest.warns(SessionSpreadWarning) as warned:
+        result = gate(plan, [103.0, 103.5, 104.0], {METRIC: spread(centre=108.0, relative=0.01)}).check()
+    assert result.verdict == "pass" and result.session_spread[0]["outran_baseline"] is True
+    message = str(warned[0].message)
+    assert "passed on k, but its unchanged sessions read faster than the baseline by more than the stored " \
+           "tolerance" in message and "spread wider" not in message
+    assert "those read +8.0% against the baseline" in message and "--update-baselines" in message
+    assert f"catches a slowdown of {result.session_spread[0]['catchable']:.1%} or more here" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SessionSpreadWarning)
+        assert gate(plan, [102.0, 103.0, 104.0], {METRIC: spread(centre=103.0, relative=0.01)}).check().verdict == \
+            "pass", "sessions 3 % faster, within the 5 % tolerance: the baseline still holds"

@@ -203,10 +203,11 @@ class Gate:
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
         result.conclude("pass")
-        if session_spread.too_wide(spread_rows):
+        blunted = session_spread.too_wide(spread_rows)
+        if blunted:
             warnings.warn(SessionSpreadWarning(
-                f"{plan.run.key}: passed on {plan.hardware_class}, but this machine's sessions spread wider than the "
-                f"stored tolerance{planted}\n{details}\n{session_spread.ab_instead(result.test)}"))
+                f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(blunted)}{planted}\n{details}\n"
+                f"{session_spread.ab_instead(result.test)}"))
         return result
 
     def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> Result:
