@@ -9,6 +9,7 @@ import math
 import os
 import shutil
 import statistics
+import tempfile
 
 import pytest
 from fakes import record
@@ -175,9 +176,11 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
 @pytest.fixture
-def browser(tmp_path):
+def browser():
     """Headless chromium, driven through its own chromedriver: nothing is downloaded (Selenium Manager is not asked).
-    Its TMPDIR is the test's: chromium leaves its singleton directory behind in the temp dir on quit."""
+    Its TMPDIR is a short one of its own, removed after it quits: chromium leaves its singleton directory behind in
+    the temp dir, and its socket's path must stay under the 107 bytes a Unix socket allows (a test's tmp_path under
+    xdist is too long)."""
     if not (CHROMIUM and CHROMEDRIVER):
         pytest.skip("no chromium and chromium-driver here (Debian packages; .ci/run installs them)")
     webdriver = pytest.importorskip("selenium.webdriver", reason="the browser tests need selenium (requirements.txt)")
@@ -186,11 +189,12 @@ def browser(tmp_path):
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--allow-file-access-from-files"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = webdriver.ChromeService(executable_path=CHROMEDRIVER, env={**os.environ, "TMPDIR": str(tmp_path)})
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.implicitly_wait(10)
-    yield driver
-    driver.quit()
+    with tempfile.TemporaryDirectory(prefix="perfgate-chromium-") as own_tmp:
+        service = webdriver.ChromeService(executable_path=CHROMEDRIVER, env={**os.environ, "TMPDIR": own_tmp})
+        driver = webdriver.Chrome(options=options, service=service)
+        driver.implicitly_wait(10)
+        yield driver
+        driver.quit()
 
 
 def console_errors(driver):
