@@ -189,7 +189,7 @@ def browser():
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--allow-file-access-from-files"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    with tempfile.TemporaryDirectory(prefix="perfgate-chromium-") as own_tmp:
+    with tempfile.TemporaryDirectory(prefix="perfgate-chromium-", ignore_cleanup_errors=True) as own_tmp:
         service = webdriver.ChromeService(executable_path=CHROMEDRIVER, env={**os.environ, "TMPDIR": own_tmp})
         driver = webdriver.Chrome(options=options, service=service)
         driver.implicitly_wait(10)

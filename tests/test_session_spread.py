@@ -197,7 +197,7 @@ def test_a_pass_on_a_machine_that_outran_its_baseline_says_so_with_what_it_can_s
         result = gate(plan, [103.0, 103.5, 104.0], {METRIC: spread(centre=108.0, relative=0.01)}).check()
     assert result.verdict == "pass" and result.session_spread[0]["outran_baseline"] is True
     message = str(warned[0].message)
-    assert "passed on k, but its unchanged sessions read faster than the baseline by more than the stored " \
+    assert "passed on k, but its unchanged sessions read better than the baseline by more than the stored " \
            "tolerance" in message and "spread wider" not in message
     assert "those read +8.0% against the baseline" in message and "--update-baselines" in message
     assert f"catches a slowdown of {result.session_spread[0]['catchable']:.1%} or more here" in message
