@@ -203,7 +203,7 @@ class Gate:
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
         result.conclude("pass")
-        blunted = session_spread.too_wide(spread_rows)
+        blunted = session_spread.why_blunted(spread_rows)
         if blunted:
             warnings.warn(SessionSpreadWarning(
                 f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(blunted)}{planted}\n{details}\n"

@@ -143,11 +143,11 @@ def describe(row: Mapping[str, Any]) -> str:
             f"{row['catchable']:.1%} or more here")
 
 
-def too_wide(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def why_blunted(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Why a stored baseline cannot catch here what its tolerance promises, if it cannot: the sessions spread wider
-    than the tolerance, or the machine outran the baseline, and its unchanged sessions read faster than it by more
-    than the tolerance (a slowdown that large passes against the baseline alone: in issue 47 a machine sped up 18 % and a
-    planted 25 % passed)."""
+    than the tolerance, or the machine outran the baseline and its unchanged sessions read better than it by more
+    than the tolerance (a slowdown that large passes against the baseline alone: in issue 47 a machine sped up 18 %
+    and a planted 25 % passed)."""
     reasons = []
     if any(row["least_tolerance"] > row["tolerance"] for row in rows):
         reasons.append("this machine's sessions spread wider than the stored tolerance")
