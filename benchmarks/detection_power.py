@@ -89,7 +89,7 @@ def run_session(command: list[str]) -> tuple[int, float]:
     return session.returncode, elapsed
 
 
-PROBES = ("probe_matmul_gflops", "probe_copy_gbps")
+PROBES = ("probe_matmul_gflops", "probe_matmul_cpu_gflops", "probe_copy_gbps")
 """Each run's machine-speed probe, kept so that the trials can judge --perf-calibrate on the same runs."""
 
 

@@ -29,11 +29,13 @@ def test_a_trials_verdict_and_each_runs_probe_are_read_from_its_result(tmp_path)
     (tmp_path / "case").mkdir()
     (tmp_path / "case" / "result.json").write_text(
         '{"verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": false}], '
-        '"session_spread": [{"metric": "m", "catchable": 0.12}], "per_run": [{"metrics": {"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0}}, {"metrics": {}}]}')
+        '"session_spread": [{"metric": "m", "catchable": 0.12}], "per_run": [{"metrics": {"probe_matmul_gflops": 31.5, "probe_matmul_cpu_gflops": 33.0, "probe_copy_gbps": 9.0}}, '
+        '{"metrics": {}}]}')
     assert detection_power.judged(tmp_path) == {
         "verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": False}],
-        "session_spread": [{"metric": "m", "catchable": 0.12}], "probes": [{"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0},
-                   {"probe_matmul_gflops": None, "probe_copy_gbps": None}]}
+        "session_spread": [{"metric": "m", "catchable": 0.12}], "probes": [
+            {"probe_matmul_gflops": 31.5, "probe_matmul_cpu_gflops": 33.0, "probe_copy_gbps": 9.0},
+            {"probe_matmul_gflops": None, "probe_matmul_cpu_gflops": None, "probe_copy_gbps": None}]}
     assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": [], "plant": [],
                                                          "session_spread": [], "probes": []}
 

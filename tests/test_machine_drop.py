@@ -1,5 +1,6 @@
-"""A wall-clock regression that the machine-speed probe's drop covers, while the CPU clock held, is left unresolved:
-the rule on chosen numbers, and the gate on a fake measurer whose runs record a probe."""
+"""A regression that the machine-speed probe's drop on its own clock covers is left unresolved: the wall clock by the
+probe's wall-clock rate, the CPU clock by its CPU-time rate. The rule on chosen numbers, and the gate on a fake
+measurer whose runs record a probe."""
 
 import pytest
 from fakes import FakeMeasurer, make_plan
@@ -18,9 +19,9 @@ class Verdict:
         self.metric, self.change, self.better, self.tolerance = metric, change, better, tolerance
 
 
-def decide(verdicts, outcomes, machine, raw=None):
+def decide(verdicts, outcomes, machine, raw=None, cores=None):
     worse = [-v.change if v.better == "higher" else v.change for v in verdicts]
-    return machine_drop.judge(verdicts, outcomes, machine, raw=raw or outcomes, worse=worse)
+    return machine_drop.judge(verdicts, outcomes, machine, raw=raw or outcomes, worse=worse, cores=cores)
 
 
 def test_a_wall_clock_fail_as_large_as_the_probes_drop_is_unresolved_while_the_cpu_clock_holds():
@@ -33,6 +34,28 @@ def test_a_wall_clock_fail_as_large_as_the_probes_drop_is_unresolved_while_the_c
 def test_the_cpu_clock_held_is_read_before_any_other_rule_left_it_unresolved():
     verdicts = [Verdict(WALL, -0.25, "higher"), Verdict(CPU, +0.20, "lower")]
     assert decide(verdicts, ["FAIL", "unresolved"], -0.40, raw=["FAIL", "FAIL"]) == (["FAIL", "unresolved"], [])
+
+
+def test_a_slower_core_moves_both_clocks_and_the_probe_on_both_and_is_unresolved():
+    """The 2-core VM minutes after its baseline: wall -7.6 % and CPU +5.1 % against 6 % and 5 %, while the probe's
+    matmul ran about 5 % slower by either clock."""
+    verdicts = [Verdict(WALL, -0.076, "higher", 0.06), Verdict(CPU, +0.051, "lower", 0.05)]
+    outcomes, rows = decide(verdicts, ["FAIL", "FAIL"], machine=-0.055, cores=-0.05)
+    assert outcomes == ["unresolved", "unresolved"]
+    assert rows == [{"metric": WALL, "change": -0.076, "probe_change": -0.055},
+                    {"metric": CPU, "change": 0.051, "probe_change": -0.05}]
+    assert "this machine's cores ran slower" in machine_drop.describe(rows[1])
+    assert "moved no further than the probe's CPU time did" in machine_drop.describe(rows[0])
+
+
+@pytest.mark.parametrize("change, machine, cores, why", [
+    (+0.20, -0.055, -0.05, "a slower core and more work per sample: the CPU clock moved beyond the probe's drop"),
+    (+0.12, -0.40, 0.0, "a neighbour took turns on the cores: the probe's CPU time held, the CPU clock did not"),
+    (+0.12, -0.40, None, "a baseline from before the probe read CPU time"),
+])
+def test_a_cpu_clock_fail_the_probes_cpu_time_does_not_cover_keeps_every_fail(change, machine, cores, why):
+    verdicts = [Verdict(WALL, -0.40, "higher"), Verdict(CPU, change, "lower")]
+    assert decide(verdicts, ["FAIL", "FAIL"], machine, cores=cores) == (["FAIL", "FAIL"], []), why
 
 
 @pytest.mark.parametrize("outcomes, machine, why", [
@@ -74,7 +97,7 @@ def test_the_gate_leaves_a_session_on_a_slowed_machine_unresolved_saying_why(tmp
         result = gate(tmp_path, probe=55.0).check()
     assert result.verdict == "unresolved" and result.machine_drop[0]["probe_change"] == pytest.approx(-0.45)
     message = str(warned[0].message)
-    assert "worse than the baseline, but the machine ran slower by as much while the CPU clock held" in message
+    assert "worse than the baseline, but the machine ran slower by as much, on the clocks it failed on" in message
     assert "the machine-speed probe ran -45.0% against the baseline's" in message
     assert "--perf-against REF" in message
 
@@ -85,3 +108,30 @@ def test_a_steady_probe_leaves_the_fail_and_calibration_replaces_the_rule(tmp_pa
     with pytest.warns(StaleBaselineWarning):
         calibrated = gate(tmp_path / "calibrated", probe=55.0, calibrate=True).check()
     assert not calibrated.machine_drop and calibrated.verdict == "stale", "scaled by 100/55, it over-corrects"
+
+
+def test_the_gate_reads_the_probes_cpu_time_against_the_baselines(tmp_path):
+    """Both clocks FAILed, and the probe read the cores 6 % slower by its CPU time, as the baseline's provenance
+    holds it; the same runs FAIL against a baseline measured before the probe read CPU time."""
+    plan = make_plan(tmp_path, gated=(WALL, CPU))
+    measured = {"probe_matmul_gflops": 100.0, "probe_matmul_cpu_gflops": 100.0}
+    baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", {
+        WALL: MetricBaseline(100.0, "higher", 0.06, "samples/s", (98.0, 99.0, 100.0, 101.0, 102.0)),
+        CPU: MetricBaseline(0.02, "lower", 0.05, "CPU s/sample", (0.0199, 0.02, 0.02, 0.0201, 0.02))},
+        provenance={"measured": measured}, workload_version="1"))
+    runs = [{WALL: wall, CPU: cpu, "probe_matmul_gflops": 94.0, "probe_matmul_cpu_gflops": 94.0}
+            for wall, cpu in ((92.0, 0.0211), (92.5, 0.0212), (91.5, 0.0211))]
+
+    def check():
+        return Gate(plan, Settings(repeats=3), FakeMeasurer(plan, runs), StoredBaseline(plan.baseline_file),
+                    root=plan.spec.workdir, nvml=lambda: (None, "no NVML here")).check()
+
+    with pytest.warns(UnresolvedVerdictWarning, match="this machine's cores ran slower"):
+        result = check()
+    assert result.verdict == "unresolved"
+    assert sorted(row["metric"] for row in result.machine_drop) == sorted([CPU, WALL])
+    del measured["probe_matmul_cpu_gflops"]
+    baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", baselines.load(plan.baseline_file).metrics,
+                                                 provenance={"measured": measured}, workload_version="1"))
+    with pytest.raises(CaseFailed, match="performance regression"):
+        check()

@@ -28,3 +28,12 @@ def test_the_probe_runs_on_one_thread_whatever_the_workload_set_and_gives_its_th
         torch.set_num_threads(before)
     assert seen and set(seen) == {1}
     assert reading["matmul_gflops"] > 0 and reading["copy_gbps"] > 0
+
+
+def test_time_off_the_cpu_slows_the_wall_clock_rate_only(monkeypatch):
+    """A neighbour that takes turns on the cores keeps the probe's thread off the CPU, as a sleep does: the wall-clock
+    rate falls and the CPU-time rate holds, as the CPU clock's metrics do beside it."""
+    matmul = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b: (matmul(a, b), machine_probe.time.sleep(0.005))[0])
+    reading = machine_probe.read_probe(torch.device("cpu"), matmul_repeats=2, copy_repeats=1)
+    assert reading["matmul_cpu_gflops"] > 5 * reading["matmul_gflops"] > 0

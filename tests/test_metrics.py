@@ -93,7 +93,10 @@ def test_probe_reading_is_the_slowest_ranks_mean_of_before_and_after():
     records = RunRecords(start={"world_size": 2}, steps=run([1.0, 1.0]).steps, probe=probe)
     metrics = compute(records, warmup=0)
     assert metrics.probe_matmul_gflops == 65.0 and metrics.probe_copy_gbps == 12.0
+    assert metrics.probe_matmul_cpu_gflops is None
     assert compute(run([1.0, 1.0]), warmup=0).probe_matmul_gflops is None
+    probe["before"]["matmul_cpu_gflops"], probe["after"]["matmul_cpu_gflops"] = [100.0, 96.0], [98.0, 90.0]
+    assert compute(records, warmup=0).probe_matmul_cpu_gflops == 93.0
 
 
 def test_calibration_scales_rates_up_and_times_down_on_a_slower_machine_and_leaves_the_rest():

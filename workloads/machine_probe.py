@@ -23,29 +23,35 @@ SIZES = {"cpu": (256, 64 << 20), "cuda": (8192, 256 << 20)}
 """Per device type: the square matmul's side and the copied tensor's size in bytes."""
 
 
-def _timed(fn, device: torch.device) -> float:
+def _timed(fn, device: torch.device) -> tuple[float, float]:
+    """``fn``'s wall time and this thread's CPU time over it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.thread_time()
     fn()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.thread_time() - cpu_started
 
 
-def _median_rate(work: float, fn, device: torch.device, repeats: int) -> float:
-    """Rate (work units per second) of the median chunk; each chunk runs ``fn`` ``repeats`` times."""
+def _median_rates(work: float, fn, device: torch.device, repeats: int) -> tuple[float, float]:
+    """Rates (work units per second) of the median chunk by the wall clock and by the thread's CPU time; each chunk
+    runs ``fn`` ``repeats`` times."""
     def chunk() -> None:
         for _ in range(repeats):
             fn()
 
     chunk()
-    return statistics.median(work * repeats / _timed(chunk, device) for _ in range(CHUNKS))
+    times = [_timed(chunk, device) for _ in range(CHUNKS)]
+    return (statistics.median(work * repeats / wall for wall, _ in times),
+            statistics.median(work * repeats / max(cpu, 1e-9) for _, cpu in times))
 
 
 def read_probe(device: torch.device, matmul_repeats: int = 16, copy_repeats: int = 2) -> dict[str, float]:
     """This rank's reading: matmul GFLOP/s (fp32, TF32 off) and copy GB/s (bytes read + written), on one thread;
-    the workload's thread count is restored after."""
+    the workload's thread count is restored after. On a CPU also the matmul's GFLOP per second of the thread's CPU
+    time: a neighbour that takes turns on the cores slows the wall-clock rate only, a slower core (clocks, caches
+    and memory shared with other tenants) both, as it does the CPU clock's metrics."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -64,11 +70,14 @@ def _read(device: torch.device, matmul_repeats: int, copy_repeats: int) -> dict[
     allow_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        gflops = _median_rate(2 * side ** 3 / 1e9, lambda: torch.mm(a, b), device, matmul_repeats)
+        gflops, cpu_gflops = _median_rates(2 * side ** 3 / 1e9, lambda: torch.mm(a, b), device, matmul_repeats)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-    gbps = _median_rate(2 * nbytes / 1e9, lambda: dst.copy_(src), device, copy_repeats)
-    return {"matmul_gflops": gflops, "copy_gbps": gbps}
+    gbps, _ = _median_rates(2 * nbytes / 1e9, lambda: dst.copy_(src), device, copy_repeats)
+    reading = {"matmul_gflops": gflops, "copy_gbps": gbps}
+    if device.type != "cuda":
+        reading["matmul_cpu_gflops"] = cpu_gflops
+    return reading
 
 
 def probe_all_ranks(device: torch.device) -> dict[str, list[float]]:

@@ -110,8 +110,8 @@ class Gate:
     resolution: float | None = None
     """The slowdown a pass must rule out (stats.decide's ``resolve``); A/B's --perf-ab-resolve."""
     weighs_machine = True
-    """Whether a wall-clock FAIL that the machine-speed probe's drop covers is left unresolved (machine_drop): against
-    a stored baseline; A/B's pairs meet the machine's speed on both sides."""
+    """Whether a FAIL that the machine-speed probe's drop on its clock covers is left unresolved (machine_drop):
+    against a stored baseline; A/B's pairs meet the machine's speed on both sides."""
 
     def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
                  root: Path, pytest_args: str = "",
@@ -165,11 +165,13 @@ class Gate:
             if not undecided({v.outcome for v in verdicts}) or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
-        machine = (machine_drop.probe_change(baseline.provenance.get("measured", {}), measurement.medians())
-                   if self.weighs_machine and not self.settings.calibrate else None)
-        spreads = self.spreads(measurement.medians().get(metrics.CALIBRATION_PROBE))
+        weighs = self.weighs_machine and not self.settings.calibrate
+        then, now = baseline.provenance.get("measured", {}), measurement.medians()
+        machine = machine_drop.probe_change(then, now) if weighs else None
+        cores = machine_drop.probe_change(then, now, metrics.CORES_PROBE) if weighs else None
+        spreads = self.spreads(now.get(metrics.CALIBRATION_PROBE))
         raw = [stats.settle(v.decision).outcome for v in verdicts]
-        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine)
+        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores)
         result.metrics = [{**verdict_row(v, outcome), "against_baseline": alone, "run_values": current[v.metric],
                            "baseline_runs": list(baseline.metrics[v.metric].samples)}
                           for v, outcome, alone in zip(verdicts, outcomes, raw)]
@@ -212,14 +214,14 @@ class Gate:
 
     def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> Result:
         """A regression beyond the stored tolerance that this machine explains as well as the code: within how far
-        unchanged sessions of the case stray here (1 in 20 reads that far), or a wall-clock drop that the probe's
-        matches while the CPU clock held. Neither a FAIL nor a pass."""
+        unchanged sessions of the case stray here (1 in 20 reads that far), or a drop that the probe's on the same
+        clock matches (machine_drop). Neither a FAIL nor a pass."""
         plan = self.plan
         self.result.conclude("unresolved")
         why = [reason for reason, holds in (
             ("within how far this case moves between unchanged sessions here (or worse than them on some gated "
              "clocks only, as a loaded machine's CPU clock can be)", within_spread),
-            ("the machine ran slower by as much while the CPU clock held", machine_dropped)) if holds]
+            ("the machine ran slower by as much, on the clocks it failed on", machine_dropped)) if holds]
         message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but "
                    f"{' and '.join(why)}{details}\n{session_spread.ab_instead(self.result.test)}")
         if self.settings.fail_unresolved:
@@ -336,15 +338,16 @@ def calibration_note(calibration: dict[str, Any] | None) -> list[str]:
             f"{now:.4g} now vs {then:.4g} for the baseline ({now / then - 1:+.1%})"]
 
 
-def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: list[str], machine: float | None
-                  ) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: list[str], machine: float | None,
+                  cores: float | None = None) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
     """The outcomes once this machine is weighed: the spread between its sessions (session_spread), then the probe's
-    drop (machine_drop), which reads the CPU clock in ``raw`` (the outcomes against the baseline alone) and compares
-    the drop with what each metric FAILed against. Returns the outcomes and each rule's rows."""
+    drop by the wall clock and by its CPU time (machine_drop), which reads the CPU clock in ``raw`` (the outcomes
+    against the baseline alone) and compares each drop with what each metric on its clock FAILed against. Returns
+    the outcomes and each rule's rows."""
     outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
     against = {row["metric"]: row["against_sessions"] for row in spread_rows}
     worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
-    outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse)
+    outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
     return outcomes, spread_rows, drop_rows
 
 
@@ -357,7 +360,7 @@ def machine_speed(baseline: baselines.Baseline, measurement: Measurement) -> str
     then = baseline.provenance.get("measured", {})
     now = measurement.medians()
     lines = []
-    for name in ("probe_matmul_gflops", "probe_copy_gbps"):
+    for name in ("probe_matmul_gflops", "probe_matmul_cpu_gflops", "probe_copy_gbps"):
         if then.get(name) and now.get(name):
             change = now[name] / then[name] - 1
             lines.append(f"{name} {now[name]:.4g} vs {then[name]:.4g} ({change:+.1%})")

@@ -66,6 +66,9 @@ METRICS: dict[str, MetricInfo] = {
     "mfu": MetricInfo("fraction", "higher", "model FLOPs utilization against the GPUs' dense datasheet peak"),
     "probe_matmul_gflops": MetricInfo("GFLOP/s", "higher", "machine-speed probe: matmul rate of the slowest rank"),
     "probe_copy_gbps": MetricInfo("GB/s", "higher", "machine-speed probe: memory copy rate of the slowest rank"),
+    "probe_matmul_cpu_gflops": MetricInfo(
+        "GFLOP/s", "higher", "machine-speed probe: matmul GFLOP per CPU second of the slowest rank (CPU only)",
+        clock="cpu"),
     "planted_fraction": MetricInfo(
         "fraction", "higher", "the planted slowdown as applied: seconds planted in the window over its other seconds "
         "(--perf-inject-slowdown F plants F)"),
@@ -101,6 +104,7 @@ class RunMetrics:
     fastest_step_samples_per_second: float | None = None
     probe_matmul_gflops: float | None = None
     probe_copy_gbps: float | None = None
+    probe_matmul_cpu_gflops: float | None = None
     io_samples_per_second: float | None = None
     synthetic_samples_per_second: float | None = None
     planted_fraction: float | None = None
@@ -128,6 +132,8 @@ def percentile(values: list[float], q: float) -> float:
 
 CALIBRATION_PROBE = "probe_matmul_gflops"
 """The machine-speed reading that --perf-calibrate divides by (the slowest rank's matmul rate)."""
+CORES_PROBE = "probe_matmul_cpu_gflops"
+"""The machine-speed reading by CPU time: how fast the cores themselves ran, whatever else took turns on them."""
 SPEED_UNITS = ("samples/s", "TFLOP/s", "s")
 
 
@@ -149,7 +155,7 @@ def calibrated(metric: str, value: float, probe: float, reference: float) -> flo
 
 def slowest_rank(probe: dict | None, kernel: str) -> float | None:
     """The slowest rank's probe reading (mean of before and after the window): DDP steps go at its pace."""
-    if not probe:
+    if not probe or kernel not in probe["before"]:
         return None
     before, after = probe["before"][kernel], probe["after"][kernel]
     return min((b + a) / 2 for b, a in zip(before, after))
@@ -203,6 +209,7 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         fastest_step_samples_per_second=max(s.samples / s.step_s for s in window if s.step_s > 0),
         probe_matmul_gflops=slowest_rank(records.probe, "matmul_gflops"),
         probe_copy_gbps=slowest_rank(records.probe, "copy_gbps"),
+        probe_matmul_cpu_gflops=slowest_rank(records.probe, "matmul_cpu_gflops"),
         io_samples_per_second=records.phases.get("io", {}).get("samples_per_second"),
         synthetic_samples_per_second=records.phases.get("synthetic", {}).get("samples_per_second"),
         planted_fraction=sum(planted) / (window_s - sum(planted)) if planted and window_s > sum(planted) else None,
