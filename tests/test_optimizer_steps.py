@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,8 @@ pytestmark = pytest.mark.launches
 
 OWN_SCRIPT = REPO / "tests" / "own_script"
 INSTRUMENT = [sys.executable, "-m", "perfgate.rank.instrument"]
+TORCH_EXTENSIONS = Path(sys.prefix) / "torch_extensions"
+"""Where DeepSpeed's CPU op is built once per environment (`make test` builds it first), not under ~/.cache."""
 
 
 def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=None, program=None, timeout=120,
@@ -29,7 +32,8 @@ def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=
     done = subprocess.run([*launch, "--records", str(records), "--steps", str(steps),
                            "--samples-per-step", str(samples), "--cwd", str(cwd or tmp_path), *extra, "--", *program],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+                               "TORCH_EXTENSIONS_DIR": str(TORCH_EXTENSIONS)})
     lines = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
     return done, [r for r in lines if r["kind"] == "step"], next((r for r in lines if r["kind"] == "end"), None)
 

@@ -22,7 +22,8 @@ CASES = [
          gpu=Flavour({{**TINY, "device": "cuda"}}), gated=("samples_per_second", "total_time_secs")),
     Case("openclip", "pair", ({str(WORKLOAD)!r},),
          cpu=Flavour(TINY, steps=8, warmup=2, tolerance=0.4, timeout_s=240, ranks_per_node=1)),
-    Case("openclip", "bad-model", ({str(WORKLOAD)!r},), cpu=Flavour({{**TINY, "model": "ViT-Nope"}}, timeout_s=120)),
+    Case("openclip", "bad-model", ({str(WORKLOAD)!r},),
+         cpu=Flavour({{**TINY, "model": "ViT-Nope"}}, timeout_s=120, ranks_per_node=1)),
     Case("openclip", "noise", ({str(WORKLOAD)!r},),
          cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.25, cpu_tolerance_floor=0.25, timeout_s=240),
          version="3",
@@ -194,7 +195,9 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
     the VM speeds up by more than 70 % between sessions, and adds 100 % to the CPU time per sample. This test proves
     the wiring; how small a slowdown the gate catches is measured by benchmarks/detection_power.py. A false alarm on
     the unchanged session needs both runs slower than all 5 baseline runs (exact rank test, p = 0.048) and by more
-    than the tolerance, whose floor is 25 %.
+    than the tolerance, whose floor is 25 %. Where the neighbour takes more of the cores than it did during the
+    baseline, the unchanged session is unresolved instead, saying the machine ran slower (a 2-core VM of AMD EPYC
+    family 25 model 1 read the fastest step -34 % with the probe -12 % and the CPU clock +16 %); it never FAILs.
     """
     with training_job(seconds=900):
         planted_session_against_a_fresh_baseline(suite)
@@ -212,8 +215,11 @@ def planted_session_against_a_fresh_baseline(suite):
 
     unchanged = run(suite, *args)
     unchanged.assert_outcomes(passed=1)
-    for metric in stored["metrics"]:
-        unchanged.stdout.fnmatch_lines([f"*openclip-noise-cpu*{metric}*pass*"])
+    verdicts = {row["metric"]: row["verdict"] for row in newest_result(suite)["metrics"]}
+    assert verdicts.keys() == stored["metrics"].keys(), verdicts
+    assert set(verdicts.values()) <= {"pass", "unresolved"}, f"no FAIL, and a slower machine said so: {verdicts}"
+    if "unresolved" in verdicts.values():
+        unchanged.stdout.fnmatch_lines(["*UnresolvedVerdictWarning*the machine ran slower*"])
 
     planted = run(suite, *args, "--perf-inject-slowdown", "1", "--perf-json", "perf.json", "--perf-report", "report",
                   "--junitxml", "junit.xml")
@@ -225,8 +231,7 @@ def planted_session_against_a_fresh_baseline(suite):
         f"perfgate: wrote {suite.path / 'perf.json'}",
     ])
     assert_reports(suite.path)
-    newest = max(suite.path.glob("**/test_clip_noise_cpu_0/result.json"), key=lambda p: p.stat().st_mtime)
-    result = json.loads(newest.read_text())
+    result = newest_result(suite)
     assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (1.0, "FAIL", 2)
     assert len(result["per_run"][0]["step_times_s"]) == 12
     assert {row["metric"]: row["took"] for row in result["plant"]} == {
@@ -241,6 +246,11 @@ def planted_session_against_a_fresh_baseline(suite):
     assert all(run["time_s"]["window_s"] > 0 and run["time_s"]["startup_s"] > 0 and run["time_s"]["teardown_s"] >= 0
                for run in result["per_run"])
     assert json.loads(baseline_file(suite, "noise").read_text()) == stored
+
+
+def newest_result(suite):
+    newest = max(suite.path.glob("**/test_clip_noise_cpu_0/result.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(newest.read_text())
 
 
 def assert_reports(path):
