@@ -13,7 +13,8 @@ from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
 from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning
+from perfgate.judge.gate import (Gate, StaleBaselineWarning, StoredBaseline, UnprovenPassWarning,
+                                 UnresolvedVerdictWarning)
 from perfgate.judge.gated import HostSpinWarning, UngatedMetricWarning
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
@@ -78,12 +79,23 @@ def test_an_inconclusive_verdict_launches_another_run_which_decides(tmp_path):
 
 
 def test_runs_still_inconclusive_at_the_cap_pass_saying_so(tmp_path):
+    """10 % worse against a 5 % tolerance, but the baseline's runs are too wide to call it: a pass, never a quiet one
+    (issue 47), while a pass within the tolerance says nothing."""
     plan = make_plan(tmp_path)
     store(plan, runs=WIDE)
     checker, measurer = gate(plan, [90.0] * 4, repeats=1, max_repeats=3)
-    assert checker.check().verdict == "pass"
+    with pytest.warns(UnprovenPassWarning) as warned:
+        assert checker.check().verdict == "pass"
     assert measurer.launches == 3
     assert "but not significant yet" in measurer.result.metrics[0]["reason"]
+    message = str(warned[0].message)
+    assert message.startswith(f"w-c-cpu: passed on k, but {METRIC} read 10.0% worse, beyond its 5.0% tolerance, "
+                              "and 3 runs could not tell that from noise\n")
+    assert "--perf-max-repeats" in message and "--perf-against REF" in message
+    checker, _ = gate(plan, [100.0] * 4, repeats=1, max_repeats=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnprovenPassWarning)
+        assert checker.check().verdict == "pass"
 
 
 def test_a_fail_on_one_metric_ends_the_case_while_another_is_still_inconclusive(tmp_path):
@@ -349,7 +361,7 @@ class LaunchClock:
 def test_ab_budget_starts_no_pair_that_would_end_past_it(tmp_path, budget, pairs):
     """30 s launches, so 60 s pairs; the verdict stays inconclusive (the candidate at 90, 90, 110, 90, 110 against
     100: 2.5-5.5 % worse, never significant), so only the cap of 5 pairs or the budget stops it, and it settles as a
-    pass."""
+    pass that says so."""
     plan = make_plan(tmp_path)
     gate, candidate, order = ab_gate(plan, [100.0] * 6, [90.0, 90.0, 110.0, 90.0, 110.0, 90.0], repeats=3, max_repeats=5,
                                      ab_budget=budget)
@@ -357,7 +369,11 @@ def test_ab_budget_starts_no_pair_that_would_end_past_it(tmp_path, budget, pairs
     gate.clock = clock
     clock.wrap(gate.measurer)
     clock.wrap(gate.reference.measurer)
-    assert gate.check().verdict == "pass"
+    with pytest.warns(UnprovenPassWarning, match=rf"passed on k, but {METRIC} read .*% worse, beyond its 2.0% "
+                                                 rf"tolerance, and {pairs} pairs could not tell that from noise"
+                                                 r"(.|\n)*more pairs would settle it \(raise --perf-max-repeats or "
+                                                 r"--perf-ab-budget\)"):
+        assert gate.check().verdict == "pass"
     assert len(order) == 2 * pairs
     assert candidate.result.time_to_verdict_s == 60.0 * pairs <= (budget or math.inf)
     stop = candidate.result.ab_budget_stop

@@ -91,6 +91,7 @@ class ABGate(Gate):
     """Measures the candidate and the reference in pairs (at once, or in turn) and judges one against the other."""
 
     weighs_machine = False
+    evidence = "pairs"
 
     reference: RevisionReference
     clock = staticmethod(time.monotonic)
@@ -112,6 +113,10 @@ class ABGate(Gate):
         if self.settings.max_repeats:
             return self.settings.max_repeats
         return RESOLVE_PAIRS if self.settings.ab_resolve else self.settings.repeats + 2
+
+    def what_settles_it(self) -> str:
+        return ("more pairs would settle it (raise --perf-max-repeats or --perf-ab-budget), and longer windows "
+                "(--perf-steps) narrow each pair (docs/ab.md)")
 
     @property
     def duet(self) -> bool:

@@ -48,6 +48,11 @@ class PlantNotTakenWarning(UserWarning):
     proves nothing."""
 
 
+class UnprovenPassWarning(UserWarning):
+    """A metric read worse than its tolerance, but the runs allowed could not tell that from noise: it passes, saying
+    so, since a pass that hid it would read as clean."""
+
+
 class UnresolvedVerdictWarning(UserWarning):
     """The runs allowed could not tell the slowdown --perf-ab-resolve asks about from none."""
 
@@ -109,6 +114,8 @@ class Gate:
     """How the runs are set against the baseline's: as independent samples (a baseline measured at another time)."""
     resolution: float | None = None
     """The slowdown a pass must rule out (stats.decide's ``resolve``); A/B's --perf-ab-resolve."""
+    evidence = "runs"
+    """What one more look at the case measures: a run, or under A/B a pair."""
     weighs_machine = True
     """Whether a FAIL that the machine-speed probe's drop on its clock covers is left unresolved (machine_drop):
     against a stored baseline; A/B's pairs meet the machine's speed on both sides."""
@@ -210,7 +217,18 @@ class Gate:
             warnings.warn(SessionSpreadWarning(
                 f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(blunted)}{planted}\n{details}\n"
                 f"{session_spread.ab_instead(result.test)}"))
+        unproven = [f"{v.metric} read {v.comparison.worse(v.better)[0]:.1%} worse, beyond its {v.tolerance:.1%} "
+                    f"tolerance, and {v.runs} {self.evidence} could not tell that from noise"
+                    for v, outcome in zip(verdicts, outcomes) if outcome == "pass" and v.outcome == "inconclusive"]
+        if unproven:
+            warnings.warn(UnprovenPassWarning(
+                f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(unproven)}{planted}\n{details}\n"
+                f"{self.what_settles_it()}"))
         return result
+
+    def what_settles_it(self) -> str:
+        """The advice for a slowdown the runs allowed could not tell from noise."""
+        return f"more runs would settle it (--perf-max-repeats); or {session_spread.ab_instead(self.result.test)}"
 
     def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> Result:
         """A regression beyond the stored tolerance that this machine explains as well as the code: within how far
