@@ -58,6 +58,14 @@ def test_a_cpu_clock_fail_the_probes_cpu_time_does_not_cover_keeps_every_fail(ch
     assert decide(verdicts, ["FAIL", "FAIL"], machine, cores=cores) == (["FAIL", "FAIL"], []), why
 
 
+@pytest.mark.parametrize("metric", ["instructions_per_sample", "workers_cpu_share"])
+def test_a_slower_core_explains_no_count_of_instructions_and_no_share_of_cpu_time(metric):
+    """A slower core retires as many instructions per sample, and slows every thread alike: however far the probe's
+    CPU time dropped, such a FAIL is the code's, and keeps the wall clock's FAIL too."""
+    verdicts = [Verdict(WALL, -0.076, "higher", 0.06), Verdict(metric, +0.051, "lower", 0.05)]
+    assert decide(verdicts, ["FAIL", "FAIL"], machine=-0.055, cores=-0.05) == (["FAIL", "FAIL"], [])
+
+
 @pytest.mark.parametrize("outcomes, machine, why", [
     (["FAIL", "FAIL"], -0.40, "the CPU clock failed too: the work per sample grew"),
     (["FAIL", "pass"], -0.10, "the probe dropped less than the wall clock did, by more than the tolerance"),

@@ -36,4 +36,4 @@ def test_time_off_the_cpu_slows_the_wall_clock_rate_only(monkeypatch):
     matmul = torch.mm
     monkeypatch.setattr(torch, "mm", lambda a, b: (matmul(a, b), machine_probe.time.sleep(0.005))[0])
     reading = machine_probe.read_probe(torch.device("cpu"), matmul_repeats=2, copy_repeats=1)
-    assert reading["matmul_cpu_gflops"] > 5 * reading["matmul_gflops"] > 0
+    assert reading["matmul_cpu_gflops"] > 2 * reading["matmul_gflops"] > 0, "5 ms asleep per product: at 12 GFLOP/s, 3x"

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.launches
 OWN_SCRIPT = REPO / "tests" / "own_script"
 INSTRUMENT = [sys.executable, "-m", "perfgate.rank.instrument"]
 TORCH_EXTENSIONS = Path(sys.prefix) / "torch_extensions"
-"""Where DeepSpeed's CPU op is built once per environment (`make test` builds it first), not under ~/.cache."""
+"""Where `make test` builds DeepSpeed's CPU op once per environment, so no test compiles it (or under ~/.cache)."""
 
 
 def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=None, program=None, timeout=120,
@@ -29,11 +29,12 @@ def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=
     records = tmp_path / "steps.jsonl"
     launch = INSTRUMENT if ranks == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                             "--nproc-per-node", str(ranks), *INSTRUMENT[1:]]
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    if TORCH_EXTENSIONS.is_dir():
+        env["TORCH_EXTENSIONS_DIR"] = str(TORCH_EXTENSIONS)
     done = subprocess.run([*launch, "--records", str(records), "--steps", str(steps),
                            "--samples-per-step", str(samples), "--cwd", str(cwd or tmp_path), *extra, "--", *program],
-                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
-                               "TORCH_EXTENSIONS_DIR": str(TORCH_EXTENSIONS)})
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
     lines = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
     return done, [r for r in lines if r["kind"] == "step"], next((r for r in lines if r["kind"] == "end"), None)
 

@@ -36,19 +36,30 @@ def judge(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float | Non
     (whether the CPU clock held is read there, before any other rule); ``worse``: how much worse each is than what it
     FAILed against; ``machine`` and ``cores``: the probe's change by the wall clock and by its CPU time."""
     settled = list(outcomes)
-    drops = {"wall": machine, "cpu": cores}
     cpu = [index for index, verdict in enumerate(verdicts) if clock(verdict.metric) == "cpu"]
     if machine is None or machine >= 0 or not cpu:
         return settled, []
-    if not all(covered(verdicts[index], worse[index], cores) for index in cpu if raw[index] == "FAIL"):
+    drops = [drop_on(verdict.metric, machine, cores) for verdict in verdicts]
+    if not all(covered(verdicts[index], worse[index], drops[index]) for index in cpu if raw[index] == "FAIL"):
         return settled, []
     rows = []
-    for index, verdict in enumerate(verdicts):
-        drop = drops.get(clock(verdict.metric))
+    for index, (verdict, drop) in enumerate(zip(verdicts, drops)):
         if settled[index] == "FAIL" and covered(verdict, worse[index], drop):
             settled[index] = "unresolved"
             rows.append({"metric": verdict.metric, "change": verdict.change, "probe_change": drop})
     return settled, rows
+
+
+CPU_TIME_METRICS = frozenset({"cpu_seconds_per_sample", "least_step_cpu_seconds_per_sample", "host_cpu_per_step_s"})
+"""The CPU clock's metrics that a slower core moves as it moves the probe's CPU time: not a count of instructions,
+which a slower core retires as many of, nor a share of CPU time, which stays when every thread slows alike."""
+
+
+def drop_on(metric: str, machine: float | None, cores: float | None) -> float | None:
+    """The probe's change on the metric's clock; None where a slower machine cannot explain the metric's."""
+    if clock(metric) == "wall":
+        return machine
+    return cores if metric in CPU_TIME_METRICS else None
 
 
 def covered(verdict: Any, worse: float, drop: float | None) -> bool:
