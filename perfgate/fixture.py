@@ -140,7 +140,8 @@ class PerfGate:
 @contextlib.contextmanager
 def _as_pytest_outcome(result: Result | None) -> Iterator[None]:
     """Turns a stage's CaseSkipped and CaseFailed into pytest's skip and fail, keeping the message in ``result``.
-    They are raised after the except clause, so pytest does not print the stage's exception as their context."""
+    A generator's exception leaves the ``with`` statement as context of the one raised here, so the fail suppresses
+    it: pytest would otherwise print the message twice, "During handling of the above exception" between them."""
     try:
         yield
         return
@@ -154,4 +155,4 @@ def _as_pytest_outcome(result: Result | None) -> Iterator[None]:
         pytest.skip(skip)
     if result is not None:
         result.conclude(result.verdict, fail)
-    pytest.fail(fail, pytrace=False)
+    raise pytest.fail.Exception(fail, pytrace=False) from None

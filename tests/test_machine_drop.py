@@ -66,6 +66,17 @@ def test_a_slower_core_explains_no_count_of_instructions_and_no_share_of_cpu_tim
     assert decide(verdicts, ["FAIL", "FAIL"], machine=-0.055, cores=-0.05) == (["FAIL", "FAIL"], [])
 
 
+def test_a_wall_clock_fail_is_left_alone_only_while_every_cpu_clock_metric_held():
+    verdicts = [Verdict(WALL, -0.16, "higher"), Verdict(CPU, +0.02, "lower")]
+    verdicts[0].outcome, verdicts[1].outcome = "FAIL", "pass"
+    outcomes, rows = machine_drop.wall_alone(verdicts, ["FAIL", "pass"], machine=-0.063)
+    assert outcomes == ["unresolved", "pass"] and rows[0]["cpu_clock_held"] == f"{CPU} +2.0%"
+    for cpu_outcome, why in (("inconclusive", "an unproven worsening of the CPU clock"), ("FAIL", "more work")):
+        verdicts[1].outcome = cpu_outcome
+        assert machine_drop.wall_alone(verdicts, ["FAIL", cpu_outcome], -0.063) == (["FAIL", cpu_outcome], []), why
+    assert machine_drop.wall_alone(verdicts[:1], ["FAIL"], -0.063) == (["FAIL"], []), "no CPU clock gated"
+
+
 @pytest.mark.parametrize("outcomes, machine, why", [
     (["FAIL", "FAIL"], -0.40, "the CPU clock failed too: the work per sample grew"),
     (["FAIL", "pass"], -0.10, "the probe dropped less than the wall clock did, by more than the tolerance"),
@@ -110,9 +121,17 @@ def test_the_gate_leaves_a_session_on_a_slowed_machine_unresolved_saying_why(tmp
     assert "--perf-against REF" in message
 
 
-def test_a_steady_probe_leaves_the_fail_and_calibration_replaces_the_rule(tmp_path):
-    with pytest.raises(CaseFailed, match="performance regression"):
-        gate(tmp_path / "steady", probe=99.0).check()
+def test_a_steady_probe_leaves_the_wall_clock_alone_unresolved_and_calibration_replaces_the_rule(tmp_path):
+    """The probe held, so it explains nothing; but the CPU clock held too, and with no history of the case's sessions
+    a FAIL of the wall clock alone is unresolved, as a session given less of the cores reads."""
+    with pytest.warns(UnresolvedVerdictWarning) as warned:
+        steady = gate(tmp_path / "steady", probe=99.0).check()
+    assert steady.verdict == "unresolved" and steady.machine_drop[0]["cpu_clock_held"].startswith(f"{CPU} ")
+    message = str(warned[0].message)
+    assert "worse than the baseline, but only its wall clock moved" in message and "ran slower" not in message
+    assert f"{WALL}: -25.0%, but the CPU clock held ({CPU} +0.0%, the machine-speed probe -1.0%)" in message
+    with pytest.raises(CaseFailed, match="unresolved on k: worse than the baseline, but only its wall clock moved"):
+        gate(tmp_path / "strict", probe=99.0, fail_unresolved=True).check()
     with pytest.warns(StaleBaselineWarning):
         calibrated = gate(tmp_path / "calibrated", probe=55.0, calibrate=True).check()
     assert not calibrated.machine_drop and calibrated.verdict == "stale", "scaled by 100/55, it over-corrects"

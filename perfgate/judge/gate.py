@@ -178,7 +178,8 @@ class Gate:
         cores = machine_drop.probe_change(then, now, metrics.CORES_PROBE) if weighs else None
         spreads = self.spreads(now.get(metrics.CALIBRATION_PROBE))
         raw = [stats.settle(v.decision).outcome for v in verdicts]
-        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores)
+        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores,
+                                                         wall_alone=weighs and plan.run.kind == "cpu")
         result.metrics = [{**verdict_row(v, outcome), "against_baseline": alone, "run_values": current[v.metric],
                            "baseline_runs": list(baseline.metrics[v.metric].samples)}
                           for v, outcome, alone in zip(verdicts, outcomes, raw)]
@@ -232,14 +233,18 @@ class Gate:
 
     def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> Result:
         """A regression beyond the stored tolerance that this machine explains as well as the code: within how far
-        unchanged sessions of the case stray here (1 in 20 reads that far), or a drop that the probe's on the same
-        clock matches (machine_drop). Neither a FAIL nor a pass."""
+        unchanged sessions of the case stray here (1 in 20 reads that far), a drop that the probe's on the same
+        clock matches, or the wall clock alone, no history saying how far it strays (machine_drop). Neither a FAIL nor
+        a pass."""
         plan = self.plan
         self.result.conclude("unresolved")
+        rows = self.result.machine_drop if machine_dropped else []
         why = [reason for reason, holds in (
             ("within how far this case moves between unchanged sessions here (or worse than them on some gated "
              "clocks only, as a loaded machine's CPU clock can be)", within_spread),
-            ("the machine ran slower by as much, on the clocks it failed on", machine_dropped)) if holds]
+            ("the machine ran slower by as much, on the clocks it failed on",
+             any(not row.get("cpu_clock_held") for row in rows)),
+            ("only its wall clock moved", any(row.get("cpu_clock_held") for row in rows))) if holds]
         message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but "
                    f"{' and '.join(why)}{details}\n{session_spread.ab_instead(self.result.test)}")
         if self.settings.fail_unresolved:
@@ -357,15 +362,20 @@ def calibration_note(calibration: dict[str, Any] | None) -> list[str]:
 
 
 def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: list[str], machine: float | None,
-                  cores: float | None = None) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+                  cores: float | None = None, wall_alone: bool = False
+                  ) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
     """The outcomes once this machine is weighed: the spread between its sessions (session_spread), then the probe's
     drop by the wall clock and by its CPU time (machine_drop), which reads the CPU clock in ``raw`` (the outcomes
-    against the baseline alone) and compares each drop with what each metric on its clock FAILed against. Returns
-    the outcomes and each rule's rows."""
+    against the baseline alone) and compares each drop with what each metric on its clock FAILed against, then, where
+    ``wall_alone`` (a CPU flavour against a stored baseline) and no spread is known, a FAIL of the wall clock alone.
+    Returns the outcomes and each rule's rows."""
     outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
     against = {row["metric"]: row["against_sessions"] for row in spread_rows}
     worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
     outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
+    if wall_alone and not spread_rows:
+        outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine)
+        drop_rows += alone_rows
     return outcomes, spread_rows, drop_rows
 
 
