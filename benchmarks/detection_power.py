@@ -56,9 +56,9 @@ from perfgate.config.cases import baseline_path  # noqa: E402
 from perfgate.config.settings import Settings  # noqa: E402
 from perfgate.judge import baselines, machine_drop  # noqa: E402
 from perfgate.judge.gate import machine_rules, undecided  # noqa: E402
-from perfgate.judge.session_spread import SessionSpread  # noqa: E402
+from perfgate.judge.session_spread import SessionSpread, worsening  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
-from perfgate.measure.metrics import CALIBRATION_PROBE, METRICS  # noqa: E402
+from perfgate.measure.metrics import CALIBRATION_PROBE, CORES_PROBE, METRICS  # noqa: E402
 from perfgate.trend import spreads  # noqa: E402
 
 
@@ -211,6 +211,15 @@ class RecordedVerdict(NamedTuple):
     better: str
     tolerance: float
     baseline: float
+    outcome: str
+    """Its decision before the repeat cap settled it: ``inconclusive`` where it read worse than the tolerance and did
+    not FAIL (stats.decide), which machine_drop.wall_alone reads."""
+
+    @classmethod
+    def of(cls, row: dict, alone: str) -> RecordedVerdict:
+        better = METRICS[row["metric"]].better
+        unsettled = "inconclusive" if alone == "pass" and worsening(row["change"], better) > row["tolerance"] else alone
+        return cls(row["metric"], row["change"], better, row["tolerance"], row["baseline"], unsettled)
 
 
 def recorded_alone(verdict: str) -> str:
@@ -219,11 +228,13 @@ def recorded_alone(verdict: str) -> str:
     return "FAIL" if verdict == "unresolved" else verdict
 
 
-def with_machine_rules(trials: list[dict], baseline_probe: float | None) -> list[tuple[bool, bool]]:
+def with_machine_rules(trials: list[dict], baseline_probe: float | None, baseline_cores: float | None = None
+                       ) -> list[tuple[bool, bool]]:
     """Each stored-baseline trial decided again as the gate now does: with the session spread a results history of
     the unplanted trials before it gives (--perf-history: a metric's value where it passed, in trials whose probe read
-    like this one's, trend.spreads), and with the probe's drop (judge.machine_drop). Whether it fails, and whether
-    the two rules left it unresolved."""
+    like this one's, trend.spreads), with the probe's drop by the wall clock and by its CPU time, and with a wall
+    clock that failed alone while no spread was known (judge.machine_drop). Whether it fails, and whether the rules
+    left it unresolved."""
     history: list[tuple[float | None, dict[str, float]]] = []
     decided = []
     for trial in trials:
@@ -234,12 +245,14 @@ def with_machine_rules(trials: list[dict], baseline_probe: float | None) -> list
         found = {row["metric"]: SessionSpread.of(row["metric"], [values[row["metric"]] for values in like
                                                                  if row["metric"] in values], "the trials before")
                  for row in rows}
-        verdicts = [RecordedVerdict(row["metric"], row["change"], METRICS[row["metric"]].better, row["tolerance"],
-                                    row["baseline"]) for row in rows]
         raw = [row.get("against_baseline") or recorded_alone(row["verdict"]) for row in rows]
-        now = {CALIBRATION_PROBE: probe} if probe else {}
+        verdicts = [RecordedVerdict.of(row, alone) for row, alone in zip(rows, raw)]
+        cores = [run[CORES_PROBE] for run in trial.get("probes", []) if run.get(CORES_PROBE)]
+        now = {CALIBRATION_PROBE: probe, CORES_PROBE: statistics.median(cores) if cores else None}
+        then = {CALIBRATION_PROBE: baseline_probe, CORES_PROBE: baseline_cores}
         outcomes, _, _ = machine_rules({metric: one for metric, one in found.items() if one is not None}, verdicts, raw,
-                                       machine_drop.probe_change({CALIBRATION_PROBE: baseline_probe}, now))
+                                       machine_drop.probe_change(then, now),
+                                       machine_drop.probe_change(then, now, CORES_PROBE), wall_alone=True)
         decided.append(("FAIL" in outcomes, "FAIL" not in outcomes and "unresolved" in outcomes))
         if trial["slowdown"] == 0:
             history.append((probe, {row["metric"]: statistics.median(row["run_values"])
@@ -258,8 +271,8 @@ def print_spread_rejudged(paths: list[Path]) -> None:
     if any(recorded["baseline"] != files[0][1]["baseline"] for _, recorded in files):
         sys.exit("--rejudge: the files judged different stored baselines; give files of one (--baseline-from)")
     trials = [(path.stem, t) for path, recorded in files for t in recorded["trials"] if t["metrics"]]
-    again = with_machine_rules([t for _, t in trials],
-                               files[0][1]["baseline"]["provenance"]["measured"].get(CALIBRATION_PROBE))
+    measured = files[0][1]["baseline"]["provenance"]["measured"]
+    again = with_machine_rules([t for _, t in trials], measured.get(CALIBRATION_PROBE), measured.get(CORES_PROBE))
     print("\n| trials of | planted slowdown | trials | failed: recorded / with the session spread and the probe rule | "
           "left unresolved by them |")
     print("|---|---|---|---|---|")

@@ -86,7 +86,7 @@ def test_the_machine_rules_leave_a_wall_fail_of_a_slowed_machine_unresolved_and_
 
     trials = [trial(0, -0.25, 0.01, 60.0), trial(0.1, -0.25, 0.10, 60.0), trial(0, -0.25, 0.01, 100.0)]
     assert detection_power.with_machine_rules(trials, baseline_probe=100.0) == [
-        (False, True), (True, False), (True, False)]
+        (False, True), (True, False), (False, True)], "a steady probe: the wall clock alone, with no spread known yet"
     loaded = [trial(0, -0.15, cpu, 55.0) for cpu in (-0.07, -0.065, -0.075, -0.06, -0.08)]
     decided = detection_power.with_machine_rules(
         [*loaded, trial(0.1, -0.2, 0.017, 55.0), trial(0, 0.0, 0.0, 100.0)], baseline_probe=100.0)
@@ -104,6 +104,19 @@ def test_each_plant_is_counted_against_the_smallest_slowdown_the_gate_said_that_
               trial(0.0, False, 0.05), {"slowdown": 0.10, "failed": False, "seconds": 60.0}]
     lines = detection_power.promises_kept(trials, [0.0, 0.10])
     assert lines[2:] == ["| 10% | 12.0% | 1 | 1 | 2 | 1 |"]
+
+
+def test_a_rejudge_reads_the_probes_cpu_time_as_the_gate_does():
+    """Both clocks FAILed by about what the probe dropped on each: unresolved against a baseline whose probe read CPU
+    time, a FAIL against one from before it."""
+    rows = [{"metric": "fastest_step_samples_per_second", "change": -0.08, "tolerance": 0.06, "baseline": 100.0,
+             "verdict": "FAIL", "run_values": [92.0]},
+            {"metric": "cpu_seconds_per_sample", "change": 0.07, "tolerance": 0.05, "baseline": 0.01,
+             "verdict": "FAIL", "run_values": [0.0107]}]
+    trial = {"slowdown": 0, "metrics": rows,
+             "probes": [{"probe_matmul_gflops": 94.0, "probe_matmul_cpu_gflops": 93.0}]}
+    assert detection_power.with_machine_rules([trial], 100.0, baseline_cores=100.0) == [(False, True)]
+    assert detection_power.with_machine_rules([trial], 100.0) == [(True, False)]
 
 
 def test_a_rejudge_starts_from_the_verdict_against_the_baseline_alone_where_the_row_kept_it():
