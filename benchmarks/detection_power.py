@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import math
 import random
 import shutil
 import signal
@@ -214,12 +215,16 @@ class RecordedVerdict(NamedTuple):
     outcome: str
     """Its decision before the repeat cap settled it: ``inconclusive`` where it read worse than the tolerance and did
     not FAIL (stats.decide), which machine_drop.wall_alone reads."""
+    comparison: stats.Comparison
+    """Its change and interval (none recorded: an interval that rules nothing out)."""
 
     @classmethod
     def of(cls, row: dict, alone: str) -> RecordedVerdict:
         better = METRICS[row["metric"]].better
         unsettled = "inconclusive" if alone == "pass" and worsening(row["change"], better) > row["tolerance"] else alone
-        return cls(row["metric"], row["change"], better, row["tolerance"], row["baseline"], unsettled)
+        low, high = row.get("ci") or (-math.inf, math.inf)
+        return cls(row["metric"], row["change"], better, row["tolerance"], row["baseline"], unsettled,
+                   stats.Comparison(row["change"], low, high, row.get("p_value")))
 
 
 def recorded_alone(verdict: str) -> str:

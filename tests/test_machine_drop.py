@@ -9,14 +9,16 @@ from perfgate.config.settings import Settings
 from perfgate.judge import baselines, machine_drop
 from perfgate.judge.baselines import Baseline, MetricBaseline
 from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning
+from perfgate.measure import stats
 from perfgate.outcome import CaseFailed
 
 WALL, CPU = "fastest_step_samples_per_second", "cpu_seconds_per_sample"
 
 
 class Verdict:
-    def __init__(self, metric, change, better, tolerance=0.05):
+    def __init__(self, metric, change, better, tolerance=0.05, ci=(-0.5, 0.5)):
         self.metric, self.change, self.better, self.tolerance = metric, change, better, tolerance
+        self.comparison = stats.Comparison(change, *ci, p_value=None)
 
 
 def decide(verdicts, outcomes, machine, raw=None, cores=None):
@@ -71,9 +73,15 @@ def test_a_wall_clock_fail_is_left_alone_only_while_every_cpu_clock_metric_held(
     verdicts[0].outcome, verdicts[1].outcome = "FAIL", "pass"
     outcomes, rows = machine_drop.wall_alone(verdicts, ["FAIL", "pass"], machine=-0.063)
     assert outcomes == ["unresolved", "pass"] and rows[0]["cpu_clock_held"] == f"{CPU} +2.0%"
+    assert machine_drop.wall_alone(verdicts, ["FAIL", "pass"], -0.063, known={WALL}) == (["FAIL", "pass"], []), \
+        "the history knows the wall clock's spread: session_spread judged it"
     for cpu_outcome, why in (("inconclusive", "an unproven worsening of the CPU clock"), ("FAIL", "more work")):
         verdicts[1].outcome = cpu_outcome
         assert machine_drop.wall_alone(verdicts, ["FAIL", cpu_outcome], -0.063) == (["FAIL", cpu_outcome], []), why
+    planted = Verdict(CPU, +0.04, "lower", ci=(0.01, 0.07))
+    planted.outcome = "pass"
+    assert machine_drop.wall_alone([verdicts[0], planted], ["FAIL", "pass"], -0.063) == (["FAIL", "pass"], []), \
+        "within its tolerance, but significantly worse: a plant under the CPU clock's tolerance"
     assert machine_drop.wall_alone(verdicts[:1], ["FAIL"], -0.063) == (["FAIL"], []), "no CPU clock gated"
 
 
@@ -129,7 +137,8 @@ def test_a_steady_probe_leaves_the_wall_clock_alone_unresolved_and_calibration_r
     assert steady.verdict == "unresolved" and steady.machine_drop[0]["cpu_clock_held"].startswith(f"{CPU} ")
     message = str(warned[0].message)
     assert "worse than the baseline, but only its wall clock moved" in message and "ran slower" not in message
-    assert f"{WALL}: -25.0%, but the CPU clock held ({CPU} +0.0%, the machine-speed probe -1.0%)" in message
+    assert (f"{WALL}: -25.0%, but the CPU clock held ({CPU} +0.0%, none significantly worse); the machine-speed probe "
+            "ran -1.0%") in message
     with pytest.raises(CaseFailed, match="unresolved on k: worse than the baseline, but only its wall clock moved"):
         gate(tmp_path / "strict", probe=99.0, fail_unresolved=True).check()
     with pytest.warns(StaleBaselineWarning):

@@ -367,14 +367,15 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
     """The outcomes once this machine is weighed: the spread between its sessions (session_spread), then the probe's
     drop by the wall clock and by its CPU time (machine_drop), which reads the CPU clock in ``raw`` (the outcomes
     against the baseline alone) and compares each drop with what each metric on its clock FAILed against, then, where
-    ``wall_alone`` (a CPU flavour against a stored baseline) and no spread is known, a FAIL of the wall clock alone.
+    ``wall_alone`` (a CPU flavour against a stored baseline), a FAIL of the wall clock alone on a metric whose spread
+    no history knows.
     Returns the outcomes and each rule's rows."""
     outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
     against = {row["metric"]: row["against_sessions"] for row in spread_rows}
     worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
     outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
-    if wall_alone and not spread_rows:
-        outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine)
+    if wall_alone:
+        outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against)
         drop_rows += alone_rows
     return outcomes, spread_rows, drop_rows
 

@@ -18,7 +18,7 @@ drift it corrects (docs/measurements.md#why-the-rules-are-what-they-are).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from perfgate.measure.metrics import CALIBRATION_PROBE, METRICS
 
@@ -50,22 +50,24 @@ def judge(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float | Non
     return settled, rows
 
 
-def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float | None
-               ) -> tuple[list[str], list[dict[str, Any]]]:
-    """A CPU flavour's FAIL on the wall clock alone, where the CPU clock it also gates held (each of its metrics
-    decided pass or stale, not even an unproven worsening), is unresolved while no history says how far the case's
-    wall clock strays between sessions here (session_spread decides once one does). Slower code on a CPU does more
-    work and moves both clocks, as every planted slowdown does; a session given less of the cores than its baseline's
-    moves the wall clock alone: the U-Net with a loader worker, 4 processes on a 2-core VM, read its fastest step
-    11.7-16.4 % slower in unchanged quiet sessions with its CPU clock within tolerance (issue 47)."""
+def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float | None,
+               known: Collection[str] = ()) -> tuple[list[str], list[dict[str, Any]]]:
+    """A CPU flavour's FAIL on the wall clock alone, where the CPU clock it also gates held, is unresolved while no
+    history says how far that metric strays between sessions here (``known``: the metrics session_spread judged,
+    which decides them instead). Held: each CPU-clock metric decided pass or stale (not even an unproven worsening),
+    and none reads significantly worse, even within its tolerance. Slower code on a CPU does more work and moves both
+    clocks, as every planted slowdown does; a session given less of the cores than its baseline's moves the wall clock
+    alone: the U-Net with a loader worker, 4 processes on a 2-core VM, read its fastest step 11.7-16.4 % slower in
+    unchanged quiet sessions with its CPU clock within tolerance (issue 47)."""
     settled = list(outcomes)
     cpu = [verdict for verdict in verdicts if clock(verdict.metric) == "cpu"]
-    if not cpu or any(verdict.outcome not in ("pass", "stale") for verdict in cpu):
+    if not cpu or not all(verdict.outcome in ("pass", "stale") and verdict.comparison.worse(verdict.better)[1] <= 0
+                          for verdict in cpu):
         return settled, []
     held = ", ".join(f"{verdict.metric} {verdict.change:+.1%}" for verdict in cpu)
     rows = []
     for index, verdict in enumerate(verdicts):
-        if clock(verdict.metric) == "wall" and settled[index] == "FAIL":
+        if clock(verdict.metric) == "wall" and settled[index] == "FAIL" and verdict.metric not in known:
             settled[index] = "unresolved"
             rows.append({"metric": verdict.metric, "change": verdict.change, "probe_change": machine,
                          "cpu_clock_held": held})
@@ -96,11 +98,11 @@ def clock(metric: str) -> str | None:
 
 def describe(row: Mapping[str, Any]) -> str:
     if row.get("cpu_clock_held"):
-        probe = "" if row["probe_change"] is None else f", the machine-speed probe {row['probe_change']:+.1%}"
-        return (f"{row['metric']}: {row['change']:+.1%}, but the CPU clock held ({row['cpu_clock_held']}{probe}): "
-                "slower code on a CPU moves both clocks, a session given less of the cores the wall clock alone, and "
-                "no history of this case's sessions here says how far its wall clock strays (--perf-history keeps "
-                "them)")
+        probe = "" if row["probe_change"] is None else f"; the machine-speed probe ran {row['probe_change']:+.1%}"
+        return (f"{row['metric']}: {row['change']:+.1%}, but the CPU clock held ({row['cpu_clock_held']}, none "
+                f"significantly worse){probe}: slower code on a CPU moves both clocks, a session given less of the "
+                "cores the wall clock alone, and no history of this case's sessions here says how far its wall clock "
+                "strays (--perf-history keeps them)")
     if clock(row["metric"]) == "cpu":
         return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's matmul ran "
                 f"{row['probe_change']:+.1%} per second of its CPU time against the baseline's: this machine's cores "
