@@ -59,7 +59,7 @@ from perfgate.judge import baselines, machine_drop  # noqa: E402
 from perfgate.judge.gate import machine_rules, undecided  # noqa: E402
 from perfgate.judge.session_spread import SessionSpread, worsening  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
-from perfgate.measure.metrics import CALIBRATION_PROBE, CORES_PROBE, METRICS  # noqa: E402
+from perfgate.measure.metrics import CALIBRATION_PROBE, MACHINE_PROBES, METRICS  # noqa: E402
 from perfgate.trend import spreads  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def run_session(command: list[str]) -> tuple[int, float]:
     return session.returncode, elapsed
 
 
-PROBES = ("probe_matmul_gflops", "probe_matmul_cpu_gflops", "probe_copy_gbps")
+PROBES = (*MACHINE_PROBES["wall"], *MACHINE_PROBES["cpu"])
 """Each run's machine-speed probe, kept so that the trials can judge --perf-calibrate on the same runs."""
 
 
@@ -233,31 +233,28 @@ def recorded_alone(verdict: str) -> str:
     return "FAIL" if verdict == "unresolved" else verdict
 
 
-def with_machine_rules(trials: list[dict], baseline_probe: float | None, baseline_cores: float | None = None
-                       ) -> list[tuple[bool, bool]]:
+def with_machine_rules(trials: list[dict], measured: dict[str, float]) -> list[tuple[bool, bool]]:
     """Each stored-baseline trial decided again as the gate now does: with the session spread a results history of
     the unplanted trials before it gives (--perf-history: a metric's value where it passed, in trials whose probe read
     like this one's, trend.spreads), with the probe's drop by the wall clock and by its CPU time, and with a wall
-    clock that failed alone while no spread was known (judge.machine_drop). Whether it fails, and whether the rules
-    left it unresolved."""
+    clock that failed alone while no spread was known (judge.machine_drop). ``measured``: the baseline's probe
+    readings (its provenance). Whether it fails, and whether the rules left it unresolved."""
     history: list[tuple[float | None, dict[str, float]]] = []
     decided = []
     for trial in trials:
         rows = trial["metrics"]
-        probes = [run[CALIBRATION_PROBE] for run in trial.get("probes", []) if run.get(CALIBRATION_PROBE)]
-        probe = statistics.median(probes) if probes else None
+        now = {name: statistics.median(values) for name in PROBES
+               if (values := [run[name] for run in trial.get("probes", []) if run.get(name)])}
+        probe = now.get(CALIBRATION_PROBE)
         like = [values for then, values in history if probe is None or spreads.like(then, probe)]
         found = {row["metric"]: SessionSpread.of(row["metric"], [values[row["metric"]] for values in like
                                                                  if row["metric"] in values], "the trials before")
                  for row in rows}
         raw = [row.get("against_baseline") or recorded_alone(row["verdict"]) for row in rows]
         verdicts = [RecordedVerdict.of(row, alone) for row, alone in zip(rows, raw)]
-        cores = [run[CORES_PROBE] for run in trial.get("probes", []) if run.get(CORES_PROBE)]
-        now = {CALIBRATION_PROBE: probe, CORES_PROBE: statistics.median(cores) if cores else None}
-        then = {CALIBRATION_PROBE: baseline_probe, CORES_PROBE: baseline_cores}
         outcomes, _, _ = machine_rules({metric: one for metric, one in found.items() if one is not None}, verdicts, raw,
-                                       machine_drop.probe_change(then, now),
-                                       machine_drop.probe_change(then, now, CORES_PROBE), wall_alone=True)
+                                       machine_drop.probe_drop(measured, now, "wall"),
+                                       machine_drop.probe_drop(measured, now, "cpu"), wall_alone=True)
         decided.append(("FAIL" in outcomes, "FAIL" not in outcomes and "unresolved" in outcomes))
         if trial["slowdown"] == 0:
             history.append((probe, {row["metric"]: statistics.median(row["run_values"])
@@ -277,7 +274,7 @@ def print_spread_rejudged(paths: list[Path]) -> None:
         sys.exit("--rejudge: the files judged different stored baselines; give files of one (--baseline-from)")
     trials = [(path.stem, t) for path, recorded in files for t in recorded["trials"] if t["metrics"]]
     measured = files[0][1]["baseline"]["provenance"]["measured"]
-    again = with_machine_rules([t for _, t in trials], measured.get(CALIBRATION_PROBE), measured.get(CORES_PROBE))
+    again = with_machine_rules([t for _, t in trials], measured)
     print("\n| trials of | planted slowdown | trials | failed: recorded / with the session spread and the probe rule | "
           "left unresolved by them |")
     print("|---|---|---|---|---|")

@@ -29,13 +29,14 @@ def test_a_trials_verdict_and_each_runs_probe_are_read_from_its_result(tmp_path)
     (tmp_path / "case").mkdir()
     (tmp_path / "case" / "result.json").write_text(
         '{"verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": false}], '
-        '"session_spread": [{"metric": "m", "catchable": 0.12}], "per_run": [{"metrics": {"probe_matmul_gflops": 31.5, "probe_matmul_cpu_gflops": 33.0, "probe_copy_gbps": 9.0}}, '
-        '{"metrics": {}}]}')
+        '"session_spread": [{"metric": "m", "catchable": 0.12}], "per_run": [{"metrics": {"probe_matmul_gflops": 31.5, '
+        '"probe_matmul_cpu_gflops": 33.0, "probe_copy_gbps": 9.0, "probe_copy_cpu_gbps": 9.5}}, {"metrics": {}}]}')
     assert detection_power.judged(tmp_path) == {
         "verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": False}],
         "session_spread": [{"metric": "m", "catchable": 0.12}], "probes": [
-            {"probe_matmul_gflops": 31.5, "probe_matmul_cpu_gflops": 33.0, "probe_copy_gbps": 9.0},
-            {"probe_matmul_gflops": None, "probe_matmul_cpu_gflops": None, "probe_copy_gbps": None}]}
+            {"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0, "probe_matmul_cpu_gflops": 33.0,
+             "probe_copy_cpu_gbps": 9.5},
+            dict.fromkeys(detection_power.PROBES)]}
     assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": [], "plant": [],
                                                          "session_spread": [], "probes": []}
 
@@ -85,11 +86,11 @@ def test_the_machine_rules_leave_a_wall_fail_of_a_slowed_machine_unresolved_and_
                              "verdict": "FAIL" if cpu > 0.05 else "pass", "run_values": [0.01 * (1 + cpu)]}]}
 
     trials = [trial(0, -0.25, 0.01, 60.0), trial(0.1, -0.25, 0.10, 60.0), trial(0, -0.25, 0.01, 100.0)]
-    assert detection_power.with_machine_rules(trials, baseline_probe=100.0) == [
+    assert detection_power.with_machine_rules(trials, {"probe_matmul_gflops": 100.0}) == [
         (False, True), (True, False), (False, True)], "a steady probe: the wall clock alone, with no spread known yet"
     loaded = [trial(0, -0.15, cpu, 55.0) for cpu in (-0.07, -0.065, -0.075, -0.06, -0.08)]
     decided = detection_power.with_machine_rules(
-        [*loaded, trial(0.1, -0.2, 0.017, 55.0), trial(0, 0.0, 0.0, 100.0)], baseline_probe=100.0)
+        [*loaded, trial(0.1, -0.2, 0.017, 55.0), trial(0, 0.0, 0.0, 100.0)], {"probe_matmul_gflops": 100.0})
     assert decided[:5] == [(False, True)] * 5, "the loaded wall clock is the machine's, and the CPU clock held"
     assert decided[5] == (False, True), ("a plant within the tolerance, worse than the loaded sessions beyond theirs on "
                                          "the CPU clock alone: a loaded machine moves that clock alone as far")
@@ -115,15 +116,16 @@ def test_a_rejudge_reads_the_probes_cpu_time_as_the_gate_does():
              "verdict": "FAIL", "run_values": [0.0107]}]
     trial = {"slowdown": 0, "metrics": rows,
              "probes": [{"probe_matmul_gflops": 94.0, "probe_matmul_cpu_gflops": 93.0}]}
-    assert detection_power.with_machine_rules([trial], 100.0, baseline_cores=100.0) == [(False, True)]
-    assert detection_power.with_machine_rules([trial], 100.0) == [(True, False)]
+    assert detection_power.with_machine_rules([trial], {"probe_matmul_gflops": 100.0,
+                                                        "probe_matmul_cpu_gflops": 100.0}) == [(False, True)]
+    assert detection_power.with_machine_rules([trial], {"probe_matmul_gflops": 100.0}) == [(True, False)]
 
 
 def test_a_rejudge_starts_from_the_verdict_against_the_baseline_alone_where_the_row_kept_it():
     row = {"metric": "fastest_step_samples_per_second", "change": -0.07, "tolerance": 0.06, "baseline": 100.0,
            "verdict": "unresolved", "run_values": [93.0]}
     trial = {"slowdown": 0, "probes": [{"probe_matmul_gflops": 100.0}], "metrics": [row]}
-    assert detection_power.with_machine_rules([trial], baseline_probe=100.0) == [(True, False)], \
+    assert detection_power.with_machine_rules([trial], {"probe_matmul_gflops": 100.0}) == [(True, False)], \
         "an older row: left unresolved live, so it had FAILed against the baseline alone"
     kept = {**trial, "metrics": [{**row, "against_baseline": "pass"}]}
-    assert detection_power.with_machine_rules([kept], baseline_probe=100.0) == [(False, False)]
+    assert detection_power.with_machine_rules([kept], {"probe_matmul_gflops": 100.0}) == [(False, False)]

@@ -30,10 +30,12 @@ def test_the_probe_runs_on_one_thread_whatever_the_workload_set_and_gives_its_th
     assert reading["matmul_gflops"] > 0 and reading["copy_gbps"] > 0
 
 
-def test_time_off_the_cpu_slows_the_wall_clock_rate_only(monkeypatch):
-    """A neighbour that takes turns on the cores keeps the probe's thread off the CPU, as a sleep does: the wall-clock
-    rate falls and the CPU-time rate holds, as the CPU clock's metrics do beside it."""
-    matmul = torch.mm
-    monkeypatch.setattr(torch, "mm", lambda a, b: (matmul(a, b), machine_probe.time.sleep(0.005))[0])
+@pytest.mark.parametrize("kernel, owner, name", [("matmul_%sgflops", torch, "mm"), ("copy_%sgbps", torch.Tensor, "copy_")])
+def test_time_off_the_cpu_slows_each_kernels_wall_clock_rate_only(monkeypatch, kernel, owner, name):
+    """A neighbour that takes turns on the cores keeps the probe's thread off the CPU, as a sleep does: the kernel's
+    wall-clock rate falls and its CPU-time rate holds, as the CPU clock's metrics do beside it."""
+    real = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *args: (real(*args), machine_probe.time.sleep(0.02))[0])
     reading = machine_probe.read_probe(torch.device("cpu"), matmul_repeats=2, copy_repeats=1)
-    assert reading["matmul_cpu_gflops"] > 2 * reading["matmul_gflops"] > 0, "5 ms asleep per product: at 12 GFLOP/s, 3x"
+    assert reading[kernel % "cpu_"] > 2 * reading[kernel % ""] > 0, \
+        "20 ms asleep per call: a product takes about 0.5 ms here, a 64 MiB copy about 16 ms"

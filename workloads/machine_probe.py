@@ -49,9 +49,10 @@ def _median_rates(work: float, fn, device: torch.device, repeats: int) -> tuple[
 
 def read_probe(device: torch.device, matmul_repeats: int = 16, copy_repeats: int = 2) -> dict[str, float]:
     """This rank's reading: matmul GFLOP/s (fp32, TF32 off) and copy GB/s (bytes read + written), on one thread;
-    the workload's thread count is restored after. On a CPU also the matmul's GFLOP per second of the thread's CPU
-    time: a neighbour that takes turns on the cores slows the wall-clock rate only, a slower core (clocks, caches
-    and memory shared with other tenants) both, as it does the CPU clock's metrics."""
+    the workload's thread count is restored after. On a CPU also each kernel's rate per second of the thread's CPU
+    time: a neighbour that takes turns on the cores slows the wall-clock rates only, a slower core (its clocks) or
+    memory (shared with other tenants of the host) both, as it does the CPU clock's metrics. The two kernels drift
+    apart: on the 2-core VM the copy read 15-35 % slower a day after a baseline while the matmul read 2-17 %."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -73,10 +74,10 @@ def _read(device: torch.device, matmul_repeats: int, copy_repeats: int) -> dict[
         gflops, cpu_gflops = _median_rates(2 * side ** 3 / 1e9, lambda: torch.mm(a, b), device, matmul_repeats)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-    gbps, _ = _median_rates(2 * nbytes / 1e9, lambda: dst.copy_(src), device, copy_repeats)
+    gbps, cpu_gbps = _median_rates(2 * nbytes / 1e9, lambda: dst.copy_(src), device, copy_repeats)
     reading = {"matmul_gflops": gflops, "copy_gbps": gbps}
     if device.type != "cuda":
-        reading["matmul_cpu_gflops"] = cpu_gflops
+        reading.update(matmul_cpu_gflops=cpu_gflops, copy_cpu_gbps=cpu_gbps)
     return reading
 
 

@@ -174,8 +174,8 @@ class Gate:
             baseline = self.measure_more(baseline, cap)
         weighs = self.weighs_machine and not self.settings.calibrate
         then, now = baseline.provenance.get("measured", {}), measurement.medians()
-        machine = machine_drop.probe_change(then, now) if weighs else None
-        cores = machine_drop.probe_change(then, now, metrics.CORES_PROBE) if weighs else None
+        machine = machine_drop.probe_drop(then, now, "wall") if weighs else None
+        cores = machine_drop.probe_drop(then, now, "cpu") if weighs else None
         spreads = self.spreads(now.get(metrics.CALIBRATION_PROBE))
         raw = [stats.settle(v.decision).outcome for v in verdicts]
         outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores,
@@ -361,8 +361,8 @@ def calibration_note(calibration: dict[str, Any] | None) -> list[str]:
             f"{now:.4g} now vs {then:.4g} for the baseline ({now / then - 1:+.1%})"]
 
 
-def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: list[str], machine: float | None,
-                  cores: float | None = None, wall_alone: bool = False
+def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: list[str],
+                  machine: machine_drop.Drop | None, cores: machine_drop.Drop | None = None, wall_alone: bool = False
                   ) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
     """The outcomes once this machine is weighed: the spread between its sessions (session_spread), then the probe's
     drop by the wall clock and by its CPU time (machine_drop), which reads the CPU clock in ``raw`` (the outcomes
@@ -388,7 +388,7 @@ def machine_speed(baseline: baselines.Baseline, measurement: Measurement) -> str
     then = baseline.provenance.get("measured", {})
     now = measurement.medians()
     lines = []
-    for name in ("probe_matmul_gflops", "probe_matmul_cpu_gflops", "probe_copy_gbps"):
+    for name in (*metrics.MACHINE_PROBES["wall"], *metrics.MACHINE_PROBES["cpu"]):
         if then.get(name) and now.get(name):
             change = now[name] / then[name] - 1
             lines.append(f"{name} {now[name]:.4g} vs {then[name]:.4g} ({change:+.1%})")

@@ -1,26 +1,35 @@
 """A regression in a session whose machine ran slower by as much, on the clock the regression was read on.
 
-The machine-speed probe (a matmul, outside the window) runs the same kernels whatever the code does, and reads two
-clocks: its rate by the wall clock, and on a CPU by its own thread's CPU time. A neighbour's job that overlaps the
-session takes turns on the cores: it drops the probe's wall-clock rate and the wall clock's metrics, while the probe's
-CPU-time rate and the CPU clock's metrics, blind to the slices given to other work, hold. A slower core (its clocks,
-or caches and memory shared with another tenant of the host) drops both of the probe's rates and moves both clocks;
-on the 2-core VM a quiet session minutes after its baseline read its CPU clock 5-6 % worse while the probe's matmul
-ran 4-5 % slower (docs/measurements.md). More work per step moves both clocks and neither of the probe's rates. So a
-FAIL that the probe's drop on its own clock covers (within the metric's tolerance: the probe is a snapshot) is
-unresolved rather than FAIL, in a case that gates the CPU clock, where every CPU-clock FAIL is so covered: the
-machine is the likelier cause, and only A/B in one job can tell. A case that gates no CPU-clock metric (a GPU
-flavour's default, whose probe reads no CPU time) keeps its FAIL; a procurement check of a CPU machine that must
-fail on a slower machine adds --fail-unresolved. The probe does not calibrate the values (``--perf-calibrate``): its
-snapshots around a window exaggerate or miss a burst, and scaling by them moved unchanged sessions far more than the
-drift it corrects (docs/measurements.md#why-the-rules-are-what-they-are).
+The machine-speed probe runs the same two kernels whatever the code does, a matmul (compute) and a 64 MiB copy
+(memory), outside the window, and on a CPU reads each on two clocks: its rate by the wall clock, and by its own
+thread's CPU time. A neighbour's job that overlaps the session takes turns on the cores: it drops the probe's
+wall-clock rates and the wall clock's metrics, while the probe's CPU-time rates and the CPU clock's metrics, blind to
+the slices given to other work, hold. A slower core (its clocks), or memory shared with another tenant of the host,
+drops both of a kernel's rates and moves both clocks; the two kernels drift apart, so the machine's drop on a clock is
+the larger of the two kernels' (a step mixes compute and memory, and slows by no more than the slower of them). On the
+2-core VM a quiet session a day after its baseline read the CPU clock 12-40 % worse in 5 of 7 cases while the copy ran
+15-35 % slower and the matmul 2-17 % (docs/measurements.md). More work per step moves both clocks and neither kernel.
+So a FAIL that the probe's drop on its own clock covers (within the metric's tolerance: the probe is a snapshot) is
+unresolved rather than FAIL, in a case that gates the CPU clock, where every CPU-clock FAIL is so covered: the machine
+is the likelier cause, and only A/B in one job can tell. A case that gates no CPU-clock metric (a GPU flavour's
+default, whose probe reads no CPU time) keeps its FAIL; a procurement check of a CPU machine that must fail on a
+slower machine adds --fail-unresolved. The probe does not calibrate the values (``--perf-calibrate``): its snapshots
+around a window exaggerate or miss a burst, and scaling by them moved unchanged sessions far more than the drift it
+corrects (docs/measurements.md#why-the-rules-are-what-they-are).
 """
 
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, NamedTuple, Sequence
 
-from perfgate.measure.metrics import CALIBRATION_PROBE, METRICS
+from perfgate.measure.metrics import CALIBRATION_PROBE, MACHINE_PROBES, METRICS
+
+
+class Drop(NamedTuple):
+    """How much slower the probe read than the baseline's (negative: slower), and which reading that was."""
+
+    change: float
+    probe: str
 
 
 def probe_change(then: Mapping[str, Any], now: Mapping[str, Any], probe: str = CALIBRATION_PROBE) -> float | None:
@@ -29,15 +38,23 @@ def probe_change(then: Mapping[str, Any], now: Mapping[str, Any], probe: str = C
     return after / before - 1.0 if before and after else None
 
 
-def judge(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float | None, *, raw: Sequence[str],
-          worse: Sequence[float], cores: float | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+def probe_drop(then: Mapping[str, Any], now: Mapping[str, Any], clock: str) -> Drop | None:
+    """The probe's reading on ``clock`` ("wall" or "cpu") that changed most for the worse since the baseline; None
+    where neither kernel was read both times (a baseline from before the probe read it)."""
+    changes = [Drop(change, probe) for probe in MACHINE_PROBES[clock]
+               if (change := probe_change(then, now, probe)) is not None]
+    return min(changes, default=None)
+
+
+def judge(verdicts: Sequence[Any], outcomes: Sequence[str], machine: Drop | None, *, raw: Sequence[str],
+          worse: Sequence[float], cores: Drop | None = None) -> tuple[list[str], list[dict[str, Any]]]:
     """The outcomes once the probe's drop is weighed, and a row per FAIL it covers (left unresolved). ``verdicts``:
     the gate's MetricVerdicts; ``outcomes`` their outcomes so far; ``raw`` their outcomes against the baseline alone
     (whether the CPU clock held is read there, before any other rule); ``worse``: how much worse each is than what it
     FAILed against; ``machine`` and ``cores``: the probe's change by the wall clock and by its CPU time."""
     settled = list(outcomes)
     cpu = [index for index, verdict in enumerate(verdicts) if clock(verdict.metric) == "cpu"]
-    if machine is None or machine >= 0 or not cpu:
+    if not cpu or not any(drop is not None and drop.change < 0 for drop in (machine, cores)):
         return settled, []
     drops = [drop_on(verdict.metric, machine, cores) for verdict in verdicts]
     if not all(covered(verdicts[index], worse[index], drops[index]) for index in cpu if raw[index] == "FAIL"):
@@ -46,11 +63,12 @@ def judge(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float | Non
     for index, (verdict, drop) in enumerate(zip(verdicts, drops)):
         if settled[index] == "FAIL" and covered(verdict, worse[index], drop):
             settled[index] = "unresolved"
-            rows.append({"metric": verdict.metric, "change": verdict.change, "probe_change": drop})
+            rows.append({"metric": verdict.metric, "change": verdict.change, "probe_change": drop.change,
+                         "probe": drop.probe, "explained": explained(verdict, drop)})
     return settled, rows
 
 
-def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float | None,
+def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: Drop | None,
                known: Collection[str] = ()) -> tuple[list[str], list[dict[str, Any]]]:
     """A CPU flavour's FAIL on the wall clock alone, where the CPU clock it also gates held, is unresolved while no
     history says how far that metric strays between sessions here (``known``: the metrics session_spread judged,
@@ -69,8 +87,8 @@ def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: float 
     for index, verdict in enumerate(verdicts):
         if clock(verdict.metric) == "wall" and settled[index] == "FAIL" and verdict.metric not in known:
             settled[index] = "unresolved"
-            rows.append({"metric": verdict.metric, "change": verdict.change, "probe_change": machine,
-                         "cpu_clock_held": held})
+            rows.append({"metric": verdict.metric, "change": verdict.change,
+                         "probe_change": None if machine is None else machine.change, "cpu_clock_held": held})
     return settled, rows
 
 
@@ -79,16 +97,27 @@ CPU_TIME_METRICS = frozenset({"cpu_seconds_per_sample", "least_step_cpu_seconds_
 which a slower core retires as many of, nor a share of CPU time, which stays when every thread slows alike."""
 
 
-def drop_on(metric: str, machine: float | None, cores: float | None) -> float | None:
-    """The probe's change on the metric's clock; None where a slower machine cannot explain the metric's."""
+def drop_on(metric: str, machine: Drop | None, cores: Drop | None) -> Drop | None:
+    """The probe's drop on the metric's clock; None where a slower machine cannot explain the metric's."""
     if clock(metric) == "wall":
         return machine
     return cores if metric in CPU_TIME_METRICS else None
 
 
-def covered(verdict: Any, worse: float, drop: float | None) -> bool:
-    """Whether the probe's drop on the metric's clock is as large as the metric's worsening, within its tolerance."""
-    return drop is not None and drop < 0 and worse <= verdict.tolerance - drop
+def covered(verdict: Any, worse: float, drop: Drop | None) -> bool:
+    """Whether the probe's drop on the metric's clock explains the metric's worsening, within its tolerance."""
+    return drop is not None and drop.change < 0 and worse <= explained(verdict, drop)
+
+
+def explained(verdict: Any, drop: Drop) -> float:
+    """The worsening of the metric that the machine's drop and the metric's tolerance explain together: the least
+    slowdown this session could have told from the machine. A rate d slower makes a rate (higher is better) d worse
+    and a time (lower is better) 1/(1+d) - 1 worse: a copy 15.4 % slower makes the CPU seconds per sample 18.2 %
+    more."""
+    slower = 1.0 + drop.change
+    if verdict.better == "higher":
+        return 1.0 - (1.0 - verdict.tolerance) * slower
+    return (1.0 + verdict.tolerance) / slower - 1.0
 
 
 def clock(metric: str) -> str | None:
@@ -103,10 +132,13 @@ def describe(row: Mapping[str, Any]) -> str:
                 f"significantly worse){probe}: slower code on a CPU moves both clocks, a session given less of the "
                 "cores the wall clock alone, and no history of this case's sessions here says how far its wall clock "
                 "strays (--perf-history keeps them)")
+    kernel = "copy (memory)" if "copy" in row.get("probe", "") else "matmul (compute)"
+    caught = (f"; against this baseline, on this machine now, only a slowdown beyond {row['explained']:.1%} would "
+              "tell" if "explained" in row else "")
     if clock(row["metric"]) == "cpu":
-        return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's matmul ran "
+        return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel} ran "
                 f"{row['probe_change']:+.1%} per second of its CPU time against the baseline's: this machine's cores "
-                "ran slower, which the code does not explain")
-    return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe ran {row['probe_change']:+.1%} "
-            "against the baseline's and the CPU clock held, or moved no further than the probe's CPU time did: the "
-            "machine ran slower, which the code does not explain")
+                f"or memory ran slower, which the code does not explain{caught}")
+    return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel} ran "
+            f"{row['probe_change']:+.1%} against the baseline's and the CPU clock held, or moved no further than the "
+            f"probe's CPU time did: the machine ran slower, which the code does not explain{caught}")

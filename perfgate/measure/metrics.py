@@ -69,6 +69,9 @@ METRICS: dict[str, MetricInfo] = {
     "probe_matmul_cpu_gflops": MetricInfo(
         "GFLOP/s", "higher", "machine-speed probe: matmul GFLOP per CPU second of the slowest rank (CPU only)",
         clock="cpu"),
+    "probe_copy_cpu_gbps": MetricInfo(
+        "GB/s", "higher", "machine-speed probe: memory copied per CPU second of the slowest rank (CPU only)",
+        clock="cpu"),
     "planted_fraction": MetricInfo(
         "fraction", "higher", "the planted slowdown as applied: seconds planted in the window over its other seconds "
         "(--perf-inject-slowdown F plants F)"),
@@ -105,6 +108,7 @@ class RunMetrics:
     probe_matmul_gflops: float | None = None
     probe_copy_gbps: float | None = None
     probe_matmul_cpu_gflops: float | None = None
+    probe_copy_cpu_gbps: float | None = None
     io_samples_per_second: float | None = None
     synthetic_samples_per_second: float | None = None
     planted_fraction: float | None = None
@@ -132,8 +136,10 @@ def percentile(values: list[float], q: float) -> float:
 
 CALIBRATION_PROBE = "probe_matmul_gflops"
 """The machine-speed reading that --perf-calibrate divides by (the slowest rank's matmul rate)."""
-CORES_PROBE = "probe_matmul_cpu_gflops"
-"""The machine-speed reading by CPU time: how fast the cores themselves ran, whatever else took turns on them."""
+MACHINE_PROBES = {"wall": ("probe_matmul_gflops", "probe_copy_gbps"),
+                  "cpu": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps")}
+"""The machine-speed readings on each clock, compute and memory: by the wall clock, and by CPU time (how fast the
+cores and their memory ran, whatever else took turns on them)."""
 SPEED_UNITS = ("samples/s", "TFLOP/s", "s")
 
 
@@ -210,6 +216,7 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         probe_matmul_gflops=slowest_rank(records.probe, "matmul_gflops"),
         probe_copy_gbps=slowest_rank(records.probe, "copy_gbps"),
         probe_matmul_cpu_gflops=slowest_rank(records.probe, "matmul_cpu_gflops"),
+        probe_copy_cpu_gbps=slowest_rank(records.probe, "copy_cpu_gbps"),
         io_samples_per_second=records.phases.get("io", {}).get("samples_per_second"),
         synthetic_samples_per_second=records.phases.get("synthetic", {}).get("samples_per_second"),
         planted_fraction=sum(planted) / (window_s - sum(planted)) if planted and window_s > sum(planted) else None,
