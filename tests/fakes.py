@@ -26,7 +26,8 @@ def record(case="w-c-cpu", **fields):
 
 
 class FakeMeasurer:
-    """Stands in for measure.Measurer: each launch appends the next of ``values`` as one run."""
+    """Stands in for measure.Measurer: each launch appends the next of ``values`` as one run; ``probe``: its
+    ``probe_matmul_gflops``, or a dict of probe readings."""
 
     def __init__(self, plan, values, probe=None, log=None, name=""):
         self.plan = plan
@@ -49,7 +50,7 @@ class FakeMeasurer:
         value = self._values[self.launches]
         run_metrics = dict(value) if isinstance(value, dict) else {METRIC: value}
         if self._probe is not None:
-            run_metrics["probe_matmul_gflops"] = self._probe
+            run_metrics.update(self._probe if isinstance(self._probe, dict) else {"probe_matmul_gflops": self._probe})
         self.measurement.runs.append({"run": self.launches, "metrics": run_metrics})
         self.launches += 1
         self._log.append(self._name)

@@ -36,7 +36,8 @@ def test_a_trials_verdict_and_each_runs_probe_are_read_from_its_result(tmp_path)
         "session_spread": [{"metric": "m", "catchable": 0.12}], "probes": [
             {"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0, "probe_matmul_cpu_gflops": 33.0,
              "probe_copy_cpu_gbps": 9.5},
-            dict.fromkeys(detection_power.PROBES)]}
+            {"probe_matmul_gflops": None, "probe_copy_gbps": None, "probe_matmul_cpu_gflops": None,
+             "probe_copy_cpu_gbps": None}]}
     assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": [], "plant": [],
                                                          "session_spread": [], "probes": []}
 
@@ -129,3 +130,18 @@ def test_a_rejudge_starts_from_the_verdict_against_the_baseline_alone_where_the_
         "an older row: left unresolved live, so it had FAILed against the baseline alone"
     kept = {**trial, "metrics": [{**row, "against_baseline": "pass"}]}
     assert detection_power.with_machine_rules([kept], {"probe_matmul_gflops": 100.0}) == [(False, False)]
+
+
+def test_a_rejudge_reads_the_probes_slower_kernel_on_each_clock():
+    """Both clocks FAILed by more than the matmul dropped but no more than the copy did (openclip-fp32-cpu on the
+    family 25 model 1 VM a day after its baseline): unresolved where the baseline timed the copy by CPU time too."""
+    rows = [{"metric": "fastest_step_samples_per_second", "change": -0.156, "tolerance": 0.06, "baseline": 221.0,
+             "verdict": "FAIL", "run_values": [186.6]},
+            {"metric": "cpu_seconds_per_sample", "change": 0.256, "tolerance": 0.077, "baseline": 0.01,
+             "verdict": "FAIL", "run_values": [0.01256]}]
+    now = {"probe_matmul_gflops": 63.6, "probe_copy_gbps": 7.02, "probe_matmul_cpu_gflops": 63.6,
+           "probe_copy_cpu_gbps": 7.02}
+    then = {"probe_matmul_gflops": 68.0, "probe_copy_gbps": 8.3, "probe_matmul_cpu_gflops": 68.0}
+    trial = {"slowdown": 0, "metrics": rows, "probes": [now]}
+    assert detection_power.with_machine_rules([trial], then) == [(True, False)], "the CPU clock by the matmul alone"
+    assert detection_power.with_machine_rules([trial], {**then, "probe_copy_cpu_gbps": 8.3}) == [(False, True)]

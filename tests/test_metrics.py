@@ -97,6 +97,8 @@ def test_probe_reading_is_the_slowest_ranks_mean_of_before_and_after():
     assert compute(run([1.0, 1.0]), warmup=0).probe_matmul_gflops is None
     probe["before"]["matmul_cpu_gflops"], probe["after"]["matmul_cpu_gflops"] = [100.0, 96.0], [98.0, 90.0]
     assert compute(records, warmup=0).probe_matmul_cpu_gflops == 93.0
+    probe["before"]["copy_cpu_gbps"], probe["after"]["copy_cpu_gbps"] = [9.0, 7.0], [8.0, 6.0]
+    assert compute(records, warmup=0).probe_copy_cpu_gbps == 6.5
 
 
 def test_calibration_scales_rates_up_and_times_down_on_a_slower_machine_and_leaves_the_rest():

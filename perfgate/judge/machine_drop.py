@@ -7,8 +7,9 @@ wall-clock rates and the wall clock's metrics, while the probe's CPU-time rates 
 the slices given to other work, hold. A slower core (its clocks), or memory shared with another tenant of the host,
 drops both of a kernel's rates and moves both clocks; the two kernels drift apart, so the machine's drop on a clock is
 the larger of the two kernels' (a step mixes compute and memory, and slows by no more than the slower of them). On the
-2-core VM a quiet session a day after its baseline read the CPU clock 12-40 % worse in 5 of 7 cases while the copy ran
-15-35 % slower and the matmul 2-17 % (docs/measurements.md). More work per step moves both clocks and neither kernel.
+2-core VM a quiet session a day after its baselines read the CPU clock 12-40 % worse in 5 cases of 7 while the copy
+ran 15-35 % slower (by the wall clock, in a quiet session) and the matmul 2-17 % by its CPU time
+(docs/measurements.md). More work per step moves both clocks and neither kernel.
 So a FAIL that the probe's drop on its own clock covers (within the metric's tolerance: the probe is a snapshot) is
 unresolved rather than FAIL, in a case that gates the CPU clock, where every CPU-clock FAIL is so covered: the machine
 is the likelier cause, and only A/B in one job can tell. A case that gates no CPU-clock metric (a GPU flavour's
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Mapping, NamedTuple, Sequence
 
-from perfgate.measure.metrics import CALIBRATION_PROBE, MACHINE_PROBES, METRICS
+from perfgate.measure.metrics import MACHINE_PROBES, METRICS, SPEED_UNITS
 
 
 class Drop(NamedTuple):
@@ -32,7 +33,7 @@ class Drop(NamedTuple):
     probe: str
 
 
-def probe_change(then: Mapping[str, Any], now: Mapping[str, Any], probe: str = CALIBRATION_PROBE) -> float | None:
+def probe_change(then: Mapping[str, Any], now: Mapping[str, Any], probe: str) -> float | None:
     """The runs' median ``probe`` against the baseline's (negative: the machine ran slower); None without both."""
     before, after = then.get(probe), now.get(probe)
     return after / before - 1.0 if before and after else None
@@ -51,7 +52,7 @@ def judge(verdicts: Sequence[Any], outcomes: Sequence[str], machine: Drop | None
     """The outcomes once the probe's drop is weighed, and a row per FAIL it covers (left unresolved). ``verdicts``:
     the gate's MetricVerdicts; ``outcomes`` their outcomes so far; ``raw`` their outcomes against the baseline alone
     (whether the CPU clock held is read there, before any other rule); ``worse``: how much worse each is than what it
-    FAILed against; ``machine`` and ``cores``: the probe's change by the wall clock and by its CPU time."""
+    FAILed against; ``machine`` and ``cores``: the machine's drop by the wall clock and by CPU time (probe_drop)."""
     settled = list(outcomes)
     cpu = [index for index, verdict in enumerate(verdicts) if clock(verdict.metric) == "cpu"]
     if not cpu or not any(drop is not None and drop.change < 0 for drop in (machine, cores)):
@@ -88,7 +89,8 @@ def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: Drop |
         if clock(verdict.metric) == "wall" and settled[index] == "FAIL" and verdict.metric not in known:
             settled[index] = "unresolved"
             rows.append({"metric": verdict.metric, "change": verdict.change,
-                         "probe_change": None if machine is None else machine.change, "cpu_clock_held": held})
+                         "probe_change": None if machine is None else machine.change,
+                         "probe": None if machine is None else machine.probe, "cpu_clock_held": held})
     return settled, rows
 
 
@@ -98,9 +100,10 @@ which a slower core retires as many of, nor a share of CPU time, which stays whe
 
 
 def drop_on(metric: str, machine: Drop | None, cores: Drop | None) -> Drop | None:
-    """The probe's drop on the metric's clock; None where a slower machine cannot explain the metric's."""
+    """The probe's drop on the metric's clock; None where a slower machine cannot explain the metric's: on the wall
+    clock a rate or a time (not memory, FLOPs per sample or a share of the window), on the CPU clock a CPU time."""
     if clock(metric) == "wall":
-        return machine
+        return machine if METRICS[metric].unit in SPEED_UNITS or metric == "mfu" else None
     return cores if metric in CPU_TIME_METRICS else None
 
 
@@ -110,10 +113,9 @@ def covered(verdict: Any, worse: float, drop: Drop | None) -> bool:
 
 
 def explained(verdict: Any, drop: Drop) -> float:
-    """The worsening of the metric that the machine's drop and the metric's tolerance explain together: the least
-    slowdown this session could have told from the machine. A rate d slower makes a rate (higher is better) d worse
-    and a time (lower is better) 1/(1+d) - 1 worse: a copy 15.4 % slower makes the CPU seconds per sample 18.2 %
-    more."""
+    """The worsening of the metric that the machine's drop and the metric's tolerance explain together, beyond which
+    its reading FAILs on this machine now. A rate d slower makes a rate (higher is better) d worse and a time (lower
+    is better) 1/(1+d) - 1 worse: a copy 15.4 % slower makes the CPU seconds per sample 18.2 % more."""
     slower = 1.0 + drop.change
     if verdict.better == "higher":
         return 1.0 - (1.0 - verdict.tolerance) * slower
@@ -125,20 +127,25 @@ def clock(metric: str) -> str | None:
     return info.clock if info else None
 
 
+def kernel(row: Mapping[str, Any]) -> str:
+    """The probe's kernel a row's drop was read on."""
+    return "copy (memory)" if "copy" in (row.get("probe") or "") else "matmul (compute)"
+
+
 def describe(row: Mapping[str, Any]) -> str:
     if row.get("cpu_clock_held"):
-        probe = "" if row["probe_change"] is None else f"; the machine-speed probe ran {row['probe_change']:+.1%}"
+        probe = ("" if row["probe_change"] is None
+                 else f"; the machine-speed probe's {kernel(row)} ran {row['probe_change']:+.1%}")
         return (f"{row['metric']}: {row['change']:+.1%}, but the CPU clock held ({row['cpu_clock_held']}, none "
                 f"significantly worse){probe}: slower code on a CPU moves both clocks, a session given less of the "
                 "cores the wall clock alone, and no history of this case's sessions here says how far its wall clock "
                 "strays (--perf-history keeps them)")
-    kernel = "copy (memory)" if "copy" in row.get("probe", "") else "matmul (compute)"
-    caught = (f"; against this baseline, on this machine now, only a slowdown beyond {row['explained']:.1%} would "
-              "tell" if "explained" in row else "")
+    fails = (f"; against this baseline on this machine now, only a reading worse by more than {row['explained']:.1%} "
+             "(its tolerance on top of the machine's drop) FAILs" if "explained" in row else "")
     if clock(row["metric"]) == "cpu":
-        return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel} ran "
+        return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel(row)} ran "
                 f"{row['probe_change']:+.1%} per second of its CPU time against the baseline's: this machine's cores "
-                f"or memory ran slower, which the code does not explain{caught}")
-    return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel} ran "
-            f"{row['probe_change']:+.1%} against the baseline's and the CPU clock held, or moved no further than the "
-            f"probe's CPU time did: the machine ran slower, which the code does not explain{caught}")
+                f"or memory ran slower, which the code does not explain{fails}")
+    return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel(row)} ran "
+            f"{row['probe_change']:+.1%} against the baseline's, and the CPU clock held or the probe's CPU time "
+            f"explains it too: the machine ran slower, which the code does not explain{fails}")

@@ -58,7 +58,8 @@ class RunRecords:
     end: dict[str, Any] | None = None
     flops: dict[str, Any] | None = None
     probe: dict[str, Any] | None = None
-    """Machine-speed probe readings around the window (``matmul_gflops``, ``copy_gbps``)."""
+    """Machine-speed probe readings around the window (``matmul_gflops``, ``copy_gbps``, and on a CPU each by the
+    probe thread's CPU time, ``matmul_cpu_gflops`` and ``copy_cpu_gbps``)."""
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Benchy phases by name (``io``, ``synthetic``): their steps and samples/s."""
 
