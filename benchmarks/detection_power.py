@@ -236,8 +236,9 @@ def recorded_alone(verdict: str) -> str:
 def with_machine_rules(trials: list[dict], measured: dict[str, float]) -> list[tuple[bool, bool]]:
     """Each stored-baseline trial decided again as the gate now does: with the session spread a results history of
     the unplanted trials before it gives (--perf-history: a metric's value where it passed, in trials whose probe read
-    like this one's, trend.spreads), with the probe's drop by the wall clock and by its CPU time, and with a wall
-    clock that failed alone while no spread was known (judge.machine_drop). ``measured``: the baseline's probe
+    like this one's, trend.spreads), with the probe's drop by the wall clock and by its CPU time, with a wall clock
+    that failed beside a neighbour while the CPU clock did not, and with a wall clock that failed alone while no
+    spread was known (judge.machine_drop). ``measured``: the baseline's probe
     readings (its provenance). Whether it fails, and whether the rules left it unresolved."""
     history: list[tuple[float | None, dict[str, float]]] = []
     decided = []
@@ -254,7 +255,8 @@ def with_machine_rules(trials: list[dict], measured: dict[str, float]) -> list[t
         verdicts = [RecordedVerdict.of(row, alone) for row, alone in zip(rows, raw)]
         outcomes, _, _ = machine_rules({metric: one for metric, one in found.items() if one is not None}, verdicts, raw,
                                        machine_drop.probe_drop(measured, now, "wall"),
-                                       machine_drop.probe_drop(measured, now, "cpu"), wall_alone=True)
+                                       machine_drop.probe_drop(measured, now, "cpu"),
+                                       machine_drop.turns_taken(measured, now), cpu_flavour=True)
         decided.append(("FAIL" in outcomes, "FAIL" not in outcomes and "unresolved" in outcomes))
         if trial["slowdown"] == 0:
             history.append((probe, {row["metric"]: statistics.median(row["run_values"])

@@ -176,10 +176,11 @@ class Gate:
         then, now = baseline.provenance.get("measured", {}), measurement.medians()
         machine = machine_drop.probe_drop(then, now, "wall") if weighs else None
         cores = machine_drop.probe_drop(then, now, "cpu") if weighs else None
+        turns = machine_drop.turns_taken(then, now) if weighs else None
         spreads = self.spreads(now.get(metrics.CALIBRATION_PROBE))
         raw = [stats.settle(v.decision).outcome for v in verdicts]
-        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores,
-                                                         wall_alone=weighs and plan.run.kind == "cpu")
+        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores, turns,
+                                                         cpu_flavour=weighs and plan.run.kind == "cpu")
         result.metrics = [{**verdict_row(v, outcome), "against_baseline": alone, "run_values": current[v.metric],
                            "baseline_runs": list(baseline.metrics[v.metric].samples)}
                           for v, outcome, alone in zip(verdicts, outcomes, raw)]
@@ -243,7 +244,9 @@ class Gate:
             ("within how far this case moves between unchanged sessions here (or worse than them on some gated "
              "clocks only, as a loaded machine's CPU clock can be)", within_spread),
             ("the machine ran slower by as much, on the clocks it failed on",
-             any(not row.get("cpu_clock_held") for row in rows)),
+             any(not row.get("cpu_clock_held") and "turns_taken" not in row for row in rows)),
+            ("a neighbour took turns on the cores and no CPU-clock metric FAILed",
+             any("turns_taken" in row for row in rows)),
             ("only its wall clock moved", any(row.get("cpu_clock_held") for row in rows))) if holds]
         message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but "
                    f"{' and '.join(why)}{details}\n{session_spread.ab_instead(self.result.test)}")
@@ -362,20 +365,23 @@ def calibration_note(calibration: dict[str, Any] | None) -> list[str]:
 
 
 def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: list[str],
-                  machine: machine_drop.Drop | None, cores: machine_drop.Drop | None = None, wall_alone: bool = False
+                  machine: machine_drop.Drop | None, cores: machine_drop.Drop | None = None,
+                  turns: float | None = None, cpu_flavour: bool = False
                   ) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
     """The outcomes once this machine is weighed: the spread between its sessions (session_spread), then the probe's
     drop by the wall clock and by its CPU time (machine_drop), which reads the CPU clock in ``raw`` (the outcomes
     against the baseline alone) and compares each drop with what each metric on its clock FAILed against, then, where
-    ``wall_alone`` (a CPU flavour against a stored baseline), a FAIL of the wall clock alone on a metric whose spread
-    no history knows. Returns the outcomes and each rule's rows."""
+    ``cpu_flavour`` (a CPU flavour against a stored baseline), a wall-clock FAIL while no CPU-clock metric FAILed in a
+    session a neighbour took ``turns`` in, and a FAIL of the wall clock alone on a metric whose spread no history
+    knows. Returns the outcomes and each rule's rows."""
     outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
     against = {row["metric"]: row["against_sessions"] for row in spread_rows}
     worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
     outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
-    if wall_alone:
+    if cpu_flavour:
+        outcomes, neighbour_rows = machine_drop.beside_a_neighbour(verdicts, outcomes, turns)
         outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against)
-        drop_rows += alone_rows
+        drop_rows += neighbour_rows + alone_rows
     return outcomes, spread_rows, drop_rows
 
 
