@@ -216,7 +216,8 @@ OPTIONS = (
            "flavours on the local launcher); what GPU flavours and the slurm and ssh launchers always do"),
     Option("--fail-unresolved", "fail_unresolved", "fail a case left unresolved: by --perf-ab-resolve, by a "
            "regression within how far the case moves between sessions here (--perf-history), by a machine-speed "
-           "probe that dropped as far, or by a CPU flavour's wall clock that alone moved (default: warn)"),
+           "probe that dropped as far, or by a CPU flavour's wall clock whose CPU clock did not FAIL beside a neighbour, "
+           "or held with no history (default: warn)"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
            "(one benchmark per case flavour, its measured steps as rounds, perfgate's verdict in extra_info), for "
            "`pytest-benchmark compare` and github-action-benchmark's \"pytest\" tool", Path, None, "PATH"),

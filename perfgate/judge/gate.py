@@ -30,7 +30,8 @@ from perfgate.result import Result
 def undecided(outcomes: set[str]) -> bool:
     """Whether the metrics' outcomes so far call for another run: one is inconclusive or unresolved, and none FAILs.
     A FAIL decides the case, as it does once no other metric is open; more runs would only settle metrics that
-    cannot change it, at the cost of whole launches (docs/measurements.md#why-the-rules-are-what-they-are)."""
+    cannot change it, at the cost of whole launches (docs/measurements.md#why-the-rules-are-what-they-are). The one
+    exception, a wall-clock FAIL beside a neighbour that the CPU clock decides, is machine_drop.awaits_cpu_clock."""
     return "FAIL" not in outcomes and ("inconclusive" in outcomes or "unresolved" in outcomes)
 
 
@@ -160,6 +161,7 @@ class Gate:
     def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> Result:
         """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""
         plan, result, cap = self.plan, self.result, self.repeat_cap()
+        weighs = self.weighs_machine and not self.settings.calibrate
         self.gated.note_ungated([name for name in plan.run.gated if name not in baseline.metrics],
                           f"its reference ({self.reference.where}) has none (it is from before the metric); "
                           f"{self.reference.remedy}")
@@ -169,14 +171,16 @@ class Gate:
                 verdicts = baselines.judge(baseline, current, self.compare, self.resolution)
             except baselines.BaselineError as exc:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
-            if not undecided({v.outcome for v in verdicts}) or not self.may_measure_more(measurement, cap):
+            then = baseline.provenance.get("measured", {})
+            turns = machine_drop.turns_taken(then, measurement.medians()) if weighs else None
+            more = undecided({v.outcome for v in verdicts}) or (
+                plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(verdicts, turns))
+            if not more or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
-        weighs = self.weighs_machine and not self.settings.calibrate
-        then, now = baseline.provenance.get("measured", {}), measurement.medians()
+        now = measurement.medians()
         machine = machine_drop.probe_drop(then, now, "wall") if weighs else None
         cores = machine_drop.probe_drop(then, now, "cpu") if weighs else None
-        turns = machine_drop.turns_taken(then, now) if weighs else None
         spreads = self.spreads(now.get(metrics.CALIBRATION_PROBE))
         raw = [stats.settle(v.decision).outcome for v in verdicts]
         outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores, turns,
@@ -235,8 +239,8 @@ class Gate:
     def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> Result:
         """A regression beyond the stored tolerance that this machine explains as well as the code: within how far
         unchanged sessions of the case stray here (1 in 20 reads that far), a drop that the probe's on the same
-        clock matches, or the wall clock alone, no history saying how far it strays (machine_drop). Neither a FAIL nor
-        a pass."""
+        clock matches, the wall clock beside a neighbour while the CPU clock did not FAIL, or the wall clock alone,
+        no history saying how far it strays (machine_drop). Neither a FAIL nor a pass."""
         plan = self.plan
         self.result.conclude("unresolved")
         rows = self.result.machine_drop if machine_dropped else []
@@ -244,10 +248,10 @@ class Gate:
             ("within how far this case moves between unchanged sessions here (or worse than them on some gated "
              "clocks only, as a loaded machine's CPU clock can be)", within_spread),
             ("the machine ran slower by as much, on the clocks it failed on",
-             any(not row.get("cpu_clock_held") and "turns_taken" not in row for row in rows)),
+             any(row["rule"] == "machine slower" for row in rows)),
             ("a neighbour took turns on the cores and no CPU-clock metric FAILed",
-             any("turns_taken" in row for row in rows)),
-            ("only its wall clock moved", any(row.get("cpu_clock_held") for row in rows))) if holds]
+             any(row["rule"] == "neighbour" for row in rows)),
+            ("only its wall clock moved", any(row["rule"] == "wall alone" for row in rows))) if holds]
         message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but "
                    f"{' and '.join(why)}{details}\n{session_spread.ab_instead(self.result.test)}")
         if self.settings.fail_unresolved:
@@ -379,7 +383,7 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
     worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
     outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
     if cpu_flavour:
-        outcomes, neighbour_rows = machine_drop.beside_a_neighbour(verdicts, outcomes, turns)
+        outcomes, neighbour_rows = machine_drop.beside_a_neighbour(verdicts, outcomes, turns, raw=raw, known=against)
         outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against)
         drop_rows += neighbour_rows + alone_rows
     return outcomes, spread_rows, drop_rows

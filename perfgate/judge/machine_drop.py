@@ -66,8 +66,8 @@ def judge(verdicts: Sequence[Any], outcomes: Sequence[str], machine: Drop | None
     for index, (verdict, drop) in enumerate(zip(verdicts, drops)):
         if settled[index] == "FAIL" and covered(verdict, worse[index], drop):
             settled[index] = "unresolved"
-            rows.append({"metric": verdict.metric, "change": verdict.change, "probe_change": drop.change,
-                         "probe": drop.probe, "explained": explained(verdict, drop)})
+            rows.append({"rule": "machine slower", "metric": verdict.metric, "change": verdict.change,
+                         "probe_change": drop.change, "probe": drop.probe, "explained": explained(verdict, drop)})
     return settled, rows
 
 
@@ -88,9 +88,10 @@ def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: Drop |
     held = ", ".join(f"{verdict.metric} {verdict.change:+.1%}" for verdict in cpu)
     rows = []
     for index, verdict in enumerate(verdicts):
-        if clock(verdict.metric) == "wall" and settled[index] == "FAIL" and verdict.metric not in known:
+        if (clock(verdict.metric) == "wall" and moves_with_speed(verdict.metric) and settled[index] == "FAIL"
+                and verdict.metric not in known):
             settled[index] = "unresolved"
-            rows.append({"metric": verdict.metric, "change": verdict.change,
+            rows.append({"rule": "wall alone", "metric": verdict.metric, "change": verdict.change,
                          "probe_change": None if machine is None else machine.change,
                          "probe": None if machine is None else machine.probe, "cpu_clock_held": held})
     return settled, rows
@@ -99,32 +100,56 @@ def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: Drop |
 def turns_taken(then: Mapping[str, Any], now: Mapping[str, Any]) -> float | None:
     """How much less of the cores the probe's thread got than at the baseline: its matmul's wall-clock rate against
     its CPU-time rate, set against the same ratio then (negative: a neighbour took turns on the cores); None without
-    both readings both times."""
-    wall, cpu = (probe_change(then, now, probe) for probe in MACHINE_PROBES["wall"][:1] + MACHINE_PROBES["cpu"][:1])
+    both readings both times. The matmul's, not the copy's: memory shared with another tenant moves both of the
+    copy's readings, turns on the cores the wall clock's alone."""
+    wall = probe_change(then, now, "probe_matmul_gflops")
+    cpu = probe_change(then, now, "probe_matmul_cpu_gflops")
     return None if wall is None or cpu is None else (1.0 + wall) / (1.0 + cpu) - 1.0
 
 
-def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: float | None
-                       ) -> tuple[list[str], list[dict[str, Any]]]:
+def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: float | None, *,
+                       raw: Sequence[str], known: Collection[str] = ()) -> tuple[list[str], list[dict[str, Any]]]:
     """A CPU flavour's wall-clock FAIL in a session where the probe saw a neighbour take turns on the cores (its
     thread got less of them than at the baseline, by more than the metric's tolerance) is unresolved while no
-    CPU-clock metric FAILed. The probe is one thread; a workload of several processes sharing the cores with a
-    neighbour slows further (its ranks wait for the slowest, its loader workers queue too): beside two busy processes
-    the U-Net with a loader worker read its fastest step 44.6 % slower while the probe's thread got 30 % less of the
-    cores, and its CPU clock +32.3 %, not significant (docs/measurements.md). The CPU clock, blind to the turns, is
-    the witness there: slower code does more work and moves it too."""
+    CPU-clock metric FAILed, against the baseline (``raw``) or after the other rules, once the gate has measured
+    until the CPU clock decided or the repeat cap (awaits_cpu_clock). The probe is one thread; a workload of several
+    processes sharing the cores with a neighbour slows further (its ranks wait for the slowest, its loader workers
+    queue too): beside two busy processes the U-Net with a loader worker read its fastest step 44.6 % slower while
+    the probe's thread got 30 % less of the cores, and its CPU clock +32.3 %, not significant after 3 runs
+    (docs/measurements.md). Slower code does more work and moves the CPU clock, which the turns do not slow; a CPU
+    clock that stayed inconclusive to the cap counts as not FAILed, and a regression that only waits (a sleep, a
+    lock) is left unresolved too. A metric whose spread the history knows (``known``) is session_spread's to
+    decide."""
     settled = list(outcomes)
     cpu = [index for index, verdict in enumerate(verdicts) if clock(verdict.metric) == "cpu"]
-    if turns is None or not cpu or any(settled[index] == "FAIL" for index in cpu):
+    if turns is None or not cpu or any("FAIL" in (raw[index], settled[index]) for index in cpu):
         return settled, []
     rows = []
     for index, verdict in enumerate(verdicts):
-        if clock(verdict.metric) == "wall" and settled[index] == "FAIL" and turns < -verdict.tolerance:
+        if (settled[index] == "FAIL" and clock(verdict.metric) == "wall" and moves_with_speed(verdict.metric)
+                and verdict.metric not in known and turns < -verdict.tolerance):
             settled[index] = "unresolved"
-            rows.append({"metric": verdict.metric, "change": verdict.change, "turns_taken": turns,
+            rows.append({"rule": "neighbour", "metric": verdict.metric, "change": verdict.change,
+                         "turns_taken": turns,
                          "cpu_clock": ", ".join(f"{verdicts[i].metric} {verdicts[i].change:+.1%} {settled[i]}"
                                                 for i in cpu)})
     return settled, rows
+
+
+def awaits_cpu_clock(verdicts: Sequence[Any], turns: float | None) -> bool:
+    """Whether a run more could decide a wall-clock FAIL beside a neighbour (beside_a_neighbour): every FAIL so far
+    is a wall-clock rate or time the turns taken could explain, and a CPU-clock metric, its witness, is still
+    inconclusive. A FAIL otherwise ends the case at once (gate.undecided)."""
+    fails = [verdict for verdict in verdicts if verdict.outcome == "FAIL"]
+    return (turns is not None and bool(fails)
+            and all(clock(v.metric) == "wall" and moves_with_speed(v.metric) and turns < -v.tolerance for v in fails)
+            and any(clock(v.metric) == "cpu" and v.outcome == "inconclusive" for v in verdicts))
+
+
+def moves_with_speed(metric: str) -> bool:
+    """Whether a slower machine, or less of it, moves the metric: a rate or a time, not memory, FLOPs per sample or
+    a share."""
+    return METRICS[metric].unit in SPEED_UNITS or metric == "mfu"
 
 
 CPU_TIME_METRICS = frozenset({"cpu_seconds_per_sample", "least_step_cpu_seconds_per_sample", "host_cpu_per_step_s"})
@@ -136,7 +161,7 @@ def drop_on(metric: str, machine: Drop | None, cores: Drop | None) -> Drop | Non
     """The probe's drop on the metric's clock; None where a slower machine cannot explain the metric's: on the wall
     clock a rate or a time (not memory, FLOPs per sample or a share of the window), on the CPU clock a CPU time."""
     if clock(metric) == "wall":
-        return machine if METRICS[metric].unit in SPEED_UNITS or metric == "mfu" else None
+        return machine if moves_with_speed(metric) else None
     return cores if metric in CPU_TIME_METRICS else None
 
 
@@ -166,12 +191,12 @@ def kernel(row: Mapping[str, Any]) -> str:
 
 
 def describe(row: Mapping[str, Any]) -> str:
-    if "turns_taken" in row:
+    if row.get("rule") == "neighbour":
         return (f"{row['metric']}: {row['change']:+.1%}, but a neighbour took turns on the cores: the machine-speed "
                 f"probe's thread got {-row['turns_taken']:.0%} less of them than at the baseline, and no CPU-clock "
                 f"metric FAILed ({row['cpu_clock']}): slower code moves the CPU clock too, and a workload of several "
                 "processes beside a neighbour slows further than the probe's one thread")
-    if row.get("cpu_clock_held"):
+    if row.get("rule") == "wall alone":
         probe = ("" if row["probe_change"] is None
                  else f"; the machine-speed probe's {kernel(row)} ran {row['probe_change']:+.1%}")
         return (f"{row['metric']}: {row['change']:+.1%}, but the CPU clock held ({row['cpu_clock_held']}, none "
