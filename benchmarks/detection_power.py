@@ -168,6 +168,8 @@ def rejudge(trial: dict, paired: bool, first: int) -> tuple[bool, int]:
             for row in rows}, provenance={})
         verdicts = baselines.judge(reference, {row["metric"]: row["run_values"][:runs] for row in rows},
                                    stats.compare_pairs if paired else stats.compare_runs)
+        # The gate also measures on for the CPU clock after a wall-clock FAIL beside a neighbour
+        # (machine_drop.awaits_cpu_clock); a trial recorded to the cap holds those runs, and this stops earlier.
         if not undecided({v.outcome for v in verdicts}) or runs >= recorded:
             return any(stats.settle(v.decision).outcome == "FAIL" for v in verdicts), runs
         runs += 1

@@ -325,7 +325,25 @@ def test_the_gate_measures_on_until_the_cpu_clock_decides_a_wall_clock_fail_besi
     message = str(warned[0].message)
     assert "a neighbour took turns on the cores and no CPU-clock metric FAILed" in message
     assert "the machine ran slower by as much" not in message
-    gate, measurer = check((0.164, 0.2185, 0.232, 0.220, 0.225, 0.221))
+    gate, measurer = check((0.2185, 0.172, 0.232, 0.225, 0.226, 0.221))
     with pytest.raises(CaseFailed, match="performance regression"):
         gate.check()
-    assert measurer.launches > 3, "the wall clock FAILed in 3 runs; the CPU clock took more to FAIL"
+    assert measurer.launches == 4, "the wall clock FAILed in 3 runs, the CPU clock in 4: no run more"
+
+
+@pytest.mark.parametrize("verdicts, turns, known, why", [
+    ([("peak_memory_bytes", "FAIL"), (CPU, "inconclusive")], -0.30, (), "a neighbour explains no more memory"),
+    ([(WALL, "FAIL"), (CPU, "FAIL")], -0.30, (), "the CPU clock decided"),
+    ([(WALL, "FAIL"), (CPU, "pass")], -0.30, (), "the CPU clock decided"),
+    ([(WALL, "FAIL"), (CPU, "inconclusive")], None, (), "no probe by CPU time: nothing to release the FAIL"),
+    ([(WALL, "FAIL"), (CPU, "inconclusive")], -0.03, (), "no neighbour"),
+    ([(WALL, "FAIL"), (CPU, "inconclusive")], -0.30, (WALL,), "the history's spread decides the wall clock"),
+])
+def test_a_fail_that_no_cpu_clock_reading_can_release_ends_the_case_at_once(verdicts, turns, known, why):
+    judged = []
+    for metric, outcome in verdicts:
+        judged.append(Verdict(metric, -0.4, "higher", 0.074))
+        judged[-1].outcome = outcome
+    assert not machine_drop.awaits_cpu_clock(judged, turns, known), why
+    judged[0].metric, judged[0].outcome, judged[1].outcome = WALL, "FAIL", "inconclusive"
+    assert machine_drop.awaits_cpu_clock(judged, -0.30), "beside a neighbour, the CPU clock still open"

@@ -162,8 +162,9 @@ OPTIONS = (
     Option("--perf-baseline-repeats", "baseline_repeats", "runs measured by --update-baselines, whose spread sets "
            "a noise-derived tolerance; enough for the rank test to reach p < 0.05 against 3 runs even when one run "
            "overlaps (default: 7)", whole(1), 7, "K"),
-    Option("--perf-max-repeats", "max_repeats", "when a verdict is inconclusive, keep launching runs up to this "
-           "many before deciding (default: --perf-repeats + 1, which keeps a CPU case's verdict within a few minutes; under "
+    Option("--perf-max-repeats", "max_repeats", "when a verdict is inconclusive (or a CPU flavour's CPU clock "
+           "has yet to decide a wall-clock FAIL beside a neighbour), keep launching runs up to this many before "
+           "deciding (default: --perf-repeats + 1, which keeps a CPU case's verdict within a few minutes; under "
            "--perf-against, pairs: --perf-repeats + 2)",
            whole(1), None, "N"),
     Option("--perf-inject-slowdown", "inject_slowdown", "make every workload slower by this fraction of its step "
@@ -216,8 +217,8 @@ OPTIONS = (
            "flavours on the local launcher); what GPU flavours and the slurm and ssh launchers always do"),
     Option("--fail-unresolved", "fail_unresolved", "fail a case left unresolved: by --perf-ab-resolve, by a "
            "regression within how far the case moves between sessions here (--perf-history), by a machine-speed "
-           "probe that dropped as far, or by a CPU flavour's wall clock whose CPU clock did not FAIL beside a neighbour, "
-           "or held with no history (default: warn)"),
+           "probe that dropped as far, or by a CPU flavour's wall-clock FAIL beside a neighbour while its CPU clock did "
+           "not FAIL, or alone while it held and no history knows its spread (default: warn)"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
            "(one benchmark per case flavour, its measured steps as rounds, perfgate's verdict in extra_info), for "
            "`pytest-benchmark compare` and github-action-benchmark's \"pytest\" tool", Path, None, "PATH"),

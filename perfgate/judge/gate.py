@@ -173,8 +173,8 @@ class Gate:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
             then = baseline.provenance.get("measured", {})
             turns = machine_drop.turns_taken(then, measurement.medians()) if weighs else None
-            more = undecided({v.outcome for v in verdicts}) or (
-                plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(verdicts, turns))
+            more = undecided({v.outcome for v in verdicts}) or (plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(
+                verdicts, turns, known=self.spreads(measurement.medians().get(metrics.CALIBRATION_PROBE))))
             if not more or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)

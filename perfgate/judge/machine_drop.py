@@ -136,13 +136,14 @@ def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: 
     return settled, rows
 
 
-def awaits_cpu_clock(verdicts: Sequence[Any], turns: float | None) -> bool:
+def awaits_cpu_clock(verdicts: Sequence[Any], turns: float | None, known: Collection[str] = ()) -> bool:
     """Whether a run more could decide a wall-clock FAIL beside a neighbour (beside_a_neighbour): every FAIL so far
-    is a wall-clock rate or time the turns taken could explain, and a CPU-clock metric, its witness, is still
-    inconclusive. A FAIL otherwise ends the case at once (gate.undecided)."""
+    is a wall-clock rate or time the turns taken could explain and whose spread no history knows (``known``), and a
+    CPU-clock metric, its witness, is still inconclusive. A FAIL otherwise ends the case at once (gate.undecided)."""
     fails = [verdict for verdict in verdicts if verdict.outcome == "FAIL"]
     return (turns is not None and bool(fails)
-            and all(clock(v.metric) == "wall" and moves_with_speed(v.metric) and turns < -v.tolerance for v in fails)
+            and all(clock(v.metric) == "wall" and moves_with_speed(v.metric) and v.metric not in known
+                    and turns < -v.tolerance for v in fails)
             and any(clock(v.metric) == "cpu" and v.outcome == "inconclusive" for v in verdicts))
 
 
