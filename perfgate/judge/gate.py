@@ -171,17 +171,16 @@ class Gate:
                 verdicts = baselines.judge(baseline, current, self.compare, self.resolution)
             except baselines.BaselineError as exc:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
-            then = baseline.provenance.get("measured", {})
-            turns = machine_drop.turns_taken(then, measurement.medians()) if weighs else None
-            more = undecided({v.outcome for v in verdicts}) or (plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(
-                verdicts, turns, known=self.spreads(measurement.medians().get(metrics.CALIBRATION_PROBE))))
+            then, now = baseline.provenance.get("measured", {}), measurement.medians()
+            turns = machine_drop.turns_taken(then, now) if weighs else None
+            spreads = self.spreads(now.get(metrics.CALIBRATION_PROBE))
+            more = undecided({v.outcome for v in verdicts}) or (
+                plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(verdicts, turns, known=spreads))
             if not more or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
-        now = measurement.medians()
         machine = machine_drop.probe_drop(then, now, "wall") if weighs else None
         cores = machine_drop.probe_drop(then, now, "cpu") if weighs else None
-        spreads = self.spreads(now.get(metrics.CALIBRATION_PROBE))
         raw = [stats.settle(v.decision).outcome for v in verdicts]
         outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores, turns,
                                                          cpu_flavour=weighs and plan.run.kind == "cpu")
