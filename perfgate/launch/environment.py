@@ -3,8 +3,9 @@ DALI, read by that interpreter itself (``python -m perfgate.launch.environment``
 
 ``--perf-against-python PATH`` compares two environments on one checkout, so both are named in the results by
 what they hold, not only by their paths. Package versions come from the installed distributions' metadata;
-CUDA and NCCL from torch (``torch.version.cuda``; ``torch.cuda.nccl.version()``, which reads the NCCL torch was
-built with and needs no GPU). A package that is missing is None.
+CUDA from torch's build (perfgate.launch.torch_build), and NCCL from ``torch.cuda.nccl.version()`` where a GPU may
+be there: a host without one runs gloo, and skips the import of torch that reading NCCL needs. A package that is
+missing is None.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import subprocess
 import sys
 from importlib import metadata
 from typing import Any, Mapping
+
+from perfgate.launch import torch_build
 
 DISTRIBUTIONS = {"torch": ("torch",), "torchvision": ("torchvision",), "open_clip": ("open_clip_torch",)}
 """Package name in the results -> the distributions that provide it."""
@@ -42,7 +45,10 @@ def describe() -> dict[str, Any]:
     info: dict[str, Any] = {"python": platform.python_version(), "executable": sys.executable}
     info.update({package: version_of(names) for package, names in DISTRIBUTIONS.items()})
     info["dali"] = dali_version()
-    info["cuda"] = info["nccl"] = None
+    info["cuda"] = torch_build.facts().get("cuda")
+    info["nccl"] = None
+    if torch_build.sees_no_cuda_gpu():
+        return info  # NCCL is what a GPU run uses: a host without one runs gloo, and need not import torch to say so
     try:
         import torch
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perfgate.git import GitError, git, has_changes
+from perfgate.launch import torch_build
 
 
 @dataclass(frozen=True)
@@ -115,14 +116,18 @@ def usable_cores() -> int:
 
 
 def detect() -> Hardware:
-    """Inspects this host. Imports torch, so it runs once per session, when a case first needs it."""
-    import torch
+    """Inspects this host, once per session, when a case first needs it. It asks torch for the GPUs only where one
+    may be there (torch_build.sees_no_cuda_gpu): importing it is most of a small session's start-up."""
+    gpu_count, gpu_model = 0, None
+    if not torch_build.sees_no_cuda_gpu():
+        import torch
 
-    gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpu_model = torch.cuda.get_device_name(0) if gpu_count else None
     return Hardware(
         cpu_model=cpu_model(),
         cpu_cores=usable_cores(),
-        gpu_model=torch.cuda.get_device_name(0) if gpu_count else None,
+        gpu_model=gpu_model,
         gpu_count=gpu_count,
         cpu_generation=cpu_generation(_read("/proc/cpuinfo")),
     )
@@ -161,15 +166,18 @@ def git_commit(root: Path) -> str:
 
 
 def software_versions() -> dict[str, str | None]:
-    import torch
-
+    build = torch_build.facts()
     nccl = None
-    if torch.cuda.is_available():
-        nccl = ".".join(str(part) for part in torch.cuda.nccl.version())
+    if not torch_build.sees_no_cuda_gpu():
+        import torch
+
+        build = {"__version__": torch.__version__, "cuda": torch.version.cuda}
+        if torch.cuda.is_available():
+            nccl = ".".join(str(part) for part in torch.cuda.nccl.version())
     return {
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
+        "torch": build.get("__version__"),
+        "cuda": build.get("cuda"),
         "nccl": nccl,
         "open_clip_torch": _version("open_clip_torch"),
         "perfgate": _version("perfgate"),
