@@ -101,21 +101,20 @@ def interrupt_mid_run(pytester, args, sig):
     return session.returncode, output, basetemp
 
 
-NODE_LOCAL_CASES = (
-    "tests_perf/test_unet3d.py::test_unet3d[fp32-torch-w1-bucket25-cpu]",
-    "tests/own_script/own_cases.py::test_own_script[mlp-cpu]",
-)
-"""The workloads whose launch on two nodes differs from the toy job's: the U-Net writes its volume into each node's
-temp dir, and an unmodified script starts under OptimizerSteps' wrapper. ResNet-50, OpenCLIP and the U-Net's DALI
-loader (which reads the same volume) launch as the toy job does; every workload runs on the local launcher in
-test_workloads."""
+NODE_LOCAL_SUITE = "tests/own_script/node_local_cases.py"
+"""The U-Net, which writes its volume into each node's temp dir, and an unmodified script started under
+OptimizerSteps' wrapper: the workloads whose launch on two nodes differs from the toy job's. ResNet-50, OpenCLIP and
+the U-Net's DALI loader (which reads the same volume) launch as the toy job does."""
+NODE_LOCAL_COUNT = 2
+NODE_LOCAL_VOLUME = "perfgate-unet3d-64-seed0"
+"""The folder of the U-Net's 64^3 volume in each node's temp dir."""
 
 
-def run_workloads(launcher_args, into, cases, env=None):
-    """Measures each of ``cases`` once, short, as a fresh baseline (so each passes when its launch measured),
+def run_node_local_workloads(launcher_args, into, env=None):
+    """Measures each case of NODE_LOCAL_SUITE once as a fresh baseline (so each passes when its launch measured),
     through the given launcher; returns the finished pytest session."""
-    command = [sys.executable, "-m", "pytest", *cases, *launcher_args, "--update-baselines",
-               "--perf-baseline-repeats", "1", "--perf-steps", "6", "--perf-warmup", "2", "--baseline-dir",
+    command = [sys.executable, "-m", "pytest", NODE_LOCAL_SUITE, *launcher_args, "--update-baselines",
+               "--perf-baseline-repeats", "1", "--baseline-dir",
                str(into / "b"), "--hardware-class", "two-nodes", "--basetemp", str(into / "runs"),
                "-p", "no:cacheprovider", "-q", "-rs"]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

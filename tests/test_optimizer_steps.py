@@ -303,9 +303,9 @@ def test_own(perfgate, case):
 
 
 def test_a_script_that_prints_its_step_times_is_gated_from_its_own_log(pytester):
-    """LogLines: the own script runs its own 20 iterations; its log lines are the step records."""
+    """LogLines: the own script runs its own 20 iterations; its log lines are the step records (of one launch)."""
     pytester.makepyfile(test_suite=LOGGED_SUITE)
-    session = pytester.runpytest_subprocess(*PINNED, "--update-baselines", timeout=600)
+    session = pytester.runpytest_subprocess(*PINNED, "--update-baselines", "--perf-baseline-repeats", "1", timeout=600)
     session.assert_outcomes(passed=1)
     case_dir = next(pytester.path.rglob("test_own_logged_cpu*/result.json")).parent
     result = json.loads((case_dir / "result.json").read_text())

@@ -12,8 +12,9 @@ import subprocess
 
 import pytest
 import slurm_cluster
-from multinode import (NODE_LOCAL_CASES, OTHER, check_each_rank_wrote_its_stack, check_reference_side_under_other,
-                       interrupt_mid_run, launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
+from multinode import (NODE_LOCAL_COUNT, NODE_LOCAL_VOLUME, OTHER, check_each_rank_wrote_its_stack,
+                       check_reference_side_under_other, interrupt_mid_run, launch_sampling_node_gpus, needs_other,
+                       run_node_local_workloads, write_suite)
 from bisect_runs import check_bisect_across_two_nodes
 from pace import launch_start_bound_s
 
@@ -112,12 +113,12 @@ def test_sigterm_to_pytest_cancels_the_step_with_no_process_left(suite, cluster)
 
 def test_the_node_local_workloads_run_on_two_slurm_nodes_with_their_own_temp_dirs(suite, cluster, tmp_path):
     """Each node's TMPDIR is its own (the test cluster's TaskProlog), as on a cluster: the U-Net's volume must be
-    written on each node. ResNet-50 and OpenCLIP launch as the toy job does (NODE_LOCAL_CASES)."""
-    session = run_workloads(["--launcher", "slurm", "--nodes", "2"], tmp_path, NODE_LOCAL_CASES, env=cluster.env)
+    written on each node. ResNet-50 and OpenCLIP launch as the toy job does (NODE_LOCAL_SUITE)."""
+    session = run_node_local_workloads(["--launcher", "slurm", "--nodes", "2"], tmp_path, env=cluster.env)
     assert session.returncode == 0, session.stdout[-6000:] + session.stderr[-2000:]
-    assert f"{len(NODE_LOCAL_CASES)} passed" in session.stdout
+    assert f"{NODE_LOCAL_COUNT} passed" in session.stdout
     for tmpdir in cluster.tmpdirs.values():
-        assert (tmpdir / "perfgate-unet3d-128-seed0" / "input.npy").is_file()
+        assert (tmpdir / NODE_LOCAL_VOLUME / "input.npy").is_file()
     assert cluster.jobs() == []
 
 

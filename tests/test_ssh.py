@@ -7,8 +7,9 @@ import signal
 
 import pytest
 import ssh_server
-from multinode import (NODE_LOCAL_CASES, OTHER, check_each_rank_wrote_its_stack, check_reference_side_under_other,
-                       interrupt_mid_run, launch_sampling_node_gpus, needs_other, run_workloads, write_suite)
+from multinode import (NODE_LOCAL_COUNT, NODE_LOCAL_VOLUME, OTHER, check_each_rank_wrote_its_stack,
+                       check_reference_side_under_other, interrupt_mid_run, launch_sampling_node_gpus, needs_other,
+                       run_node_local_workloads, write_suite)
 from pace import launch_start_bound_s
 
 from conftest import leftover_processes
@@ -99,11 +100,11 @@ def test_ctrl_c_to_pytest_ends_the_run_on_every_host(suite, server):
 
 def test_the_node_local_workloads_run_on_two_hosts_with_their_own_temp_dirs(server, tmp_path):
     """Each host's TMPDIR is its own, as on a cluster: the U-Net's volume must be written on each node."""
-    session = run_workloads(options(server)[:5], tmp_path, NODE_LOCAL_CASES)
+    session = run_node_local_workloads(options(server)[:5], tmp_path)
     assert session.returncode == 0, session.stdout[-6000:] + session.stderr[-2000:]
-    assert f"{len(NODE_LOCAL_CASES)} passed" in session.stdout
+    assert f"{NODE_LOCAL_COUNT} passed" in session.stdout
     for tmpdir in server.tmpdirs.values():
-        assert (tmpdir / "perfgate-unet3d-128-seed0" / "input.npy").is_file()
+        assert (tmpdir / NODE_LOCAL_VOLUME / "input.npy").is_file()
     assert leftover_processes(str(tmp_path)) == []
 
 
