@@ -177,7 +177,7 @@ def test_a_refused_reference_is_a_usage_error_before_any_case_runs(repo):
 
 @pytest.mark.launches
 def test_the_unchanged_build_passes_a_b_with_the_defaults_beside_two_busy_processes(pytester):
-    """A loaded CI runner: the real tiny OpenCLIP on 2 gloo ranks, A/B of HEAD against HEAD with the default pairing
+    """A loaded CI runner: a small real 3D U-Net on 2 gloo ranks, A/B of HEAD against HEAD with the default pairing
     (duet, both sides at once, ranks pinned alike), while two processes keep both cores busy; the pairs must not read
     the load as a regression.
 
@@ -188,12 +188,13 @@ def test_the_unchanged_build_passes_a_b_with_the_defaults_beside_two_busy_proces
     The case gates the window's throughput, measured on the span both sides ran in, with a 20 % tolerance: the load
     halves the throughput, and the test is about the verdict's footing, not its resolution (benchmarks/
     detection_power.py measures that: docs/measurements.md)."""
-    workload = REPO / "workloads" / "openclip_train.py"
+    workload = REPO / "workloads" / "unet3d_train.py"
     pytester.makepyfile(test_suite=f"""
 from perfgate import Case, Flavour, parametrize
 
-TINY = {{"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 16, "workers": 0}}
-CASES = [Case("openclip", "tiny", ({str(workload)!r},), cpu=Flavour(TINY, steps=16, warmup=2, timeout_s=240),
+TINY = {{"device": "cpu", "base-channels": 4, "batch-size": 1, "volume": 64, "loader": "synthetic",
+         "workers": 0}}
+CASES = [Case("unet3d", "tiny", ({str(workload)!r},), cpu=Flavour(TINY, steps=16, warmup=2, timeout_s=240),
               gated=("samples_per_second",))]
 
 @parametrize(CASES)
