@@ -106,8 +106,9 @@ NODE_LOCAL_SUITE = "tests/own_script/node_local_cases.py"
 OptimizerSteps' wrapper: the workloads whose launch on two nodes differs from the toy job's. ResNet-50, OpenCLIP and
 the U-Net's DALI loader (which reads the same volume) launch as the toy job does."""
 NODE_LOCAL_COUNT = 2
+"""The cases of NODE_LOCAL_SUITE."""
 NODE_LOCAL_VOLUME = "perfgate-unet3d-64-seed0"
-"""The folder of the U-Net's 64^3 volume in each node's temp dir."""
+"""The folder of NODE_LOCAL_SUITE's U-Net volume (its --volume 64) in each node's temp dir."""
 
 
 def run_node_local_workloads(launcher_args, into, env=None):

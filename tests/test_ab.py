@@ -192,9 +192,9 @@ def test_the_unchanged_build_passes_a_b_with_the_defaults_beside_two_busy_proces
     pytester.makepyfile(test_suite=f"""
 from perfgate import Case, Flavour, parametrize
 
-TINY = {{"device": "cpu", "base-channels": 4, "batch-size": 1, "volume": 64, "loader": "synthetic",
-         "workers": 0}}
-CASES = [Case("unet3d", "tiny", ({str(workload)!r},), cpu=Flavour(TINY, steps=16, warmup=2, timeout_s=240),
+SMALL = {{"device": "cpu", "base-channels": 4, "batch-size": 1, "volume": 64, "loader": "synthetic",
+          "workers": 0}}
+CASES = [Case("unet3d", "small", ({str(workload)!r},), cpu=Flavour(SMALL, steps=16, warmup=2, timeout_s=240),
               gated=("samples_per_second",))]
 
 @parametrize(CASES)
@@ -208,6 +208,6 @@ def test_case(perfgate, case):
         result = pytester.runpytest_subprocess(*ARGS, "--perf-repeats", "3", "--perf-against", "HEAD",
                                                "--perf-ab-tolerance", "0.2", timeout=600)
     result.assert_outcomes(passed=1)
-    stored = result_of(pytester, "tiny")
+    stored = result_of(pytester, "small")
     assert (stored["verdict"], stored["duet"], len(stored["per_run"])) == ("pass", True, 3)
 

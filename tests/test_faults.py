@@ -7,6 +7,7 @@ missing apex, corrupt baseline, baseline of another workload version, nothing le
 cannot start).
 """
 
+import fnmatch
 import json
 import os
 import signal
@@ -112,6 +113,13 @@ def test_each_fault_is_classified_and_explained(outcome, case, verdict, says):
     for text in says:
         assert text.replace("{hang_timeout_s}", str(hang_timeout_s())) in result["message"]
     assert f"unet3d-{case}-cpu" in output and verdict in output
+
+
+def test_a_workload_that_refuses_its_settings_heads_the_failure_with_the_class_and_the_ranks_exit(outcome):
+    """What the pytest report's failure says first: the case, its class, the run, and how the rank ended."""
+    output, _, _ = outcome
+    headline = "*unet3d-bad-option-cpu: setup-error in run 1: rank * failed: exit code 2*"
+    assert [line for line in output.splitlines() if fnmatch.fnmatch(line, headline)], output[-4000:]
 
 
 def test_a_hung_run_leaves_where_each_rank_was_in_its_log(outcome):

@@ -2,10 +2,11 @@
 DALI, read by that interpreter itself (``python -m perfgate.launch.environment`` prints them as JSON).
 
 ``--perf-against-python PATH`` compares two environments on one checkout, so both are named in the results by
-what they hold, not only by their paths. Package versions come from the installed distributions' metadata;
-CUDA from torch's build (perfgate.launch.torch_build), and NCCL from ``torch.cuda.nccl.version()`` where a GPU may
-be there: a host without one runs gloo, and skips the import of torch that reading NCCL needs. A package that is
-missing is None.
+what they hold, not only by their paths. Package versions come from the installed distributions' metadata; CUDA
+from torch's build and NCCL from ``torch.cuda.nccl.version()``, the NCCL torch was built with or loads, which needs
+no GPU. On a host without a GPU (perfgate.launch.torch_build) both are read without importing torch where they can
+be: CUDA from torch/version.py, NCCL from a pip-installed torch's nvidia-nccl-cu* wheel. A package that is missing
+is None.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def describe() -> dict[str, Any]:
     info.update({package: version_of(names) for package, names in DISTRIBUTIONS.items()})
     info["dali"] = dali_version()
     info["cuda"] = torch_build.facts().get("cuda")
-    info["nccl"] = None
-    if torch_build.sees_no_cuda_gpu():
-        return info  # NCCL is what a GPU run uses: a host without one runs gloo, and need not import torch to say so
+    info["nccl"] = torch_build.wheel_nccl() if info["cuda"] else None
+    if torch_build.sees_no_cuda_gpu() and (info["nccl"] or not info["cuda"]):
+        return info
     try:
         import torch
 

@@ -2,8 +2,10 @@
 
 ``import torch`` costs 3-4 CPU-seconds on a small CI runner, and a pytest session, a node's hardware probe and an
 environment probe each paid it only to learn that a host without a GPU has none. torch takes its version and its
-CUDA and HIP builds from ``torch/version.py``, so reading that file gives the same answers; and a CUDA build sees no
-GPU where the driver's library does not load, so that question needs torch only on a host with a driver.
+CUDA and HIP builds from ``torch/version.py``, so reading that file gives the same answers; a CUDA build sees no GPU
+where the driver's library does not load; and a pip-installed CUDA build loads the NCCL of its ``nvidia-nccl-cu*``
+wheel. Where one of these does not settle a question (another platform, a ROCm build, NCCL built in), torch is
+asked, as before.
 """
 
 from __future__ import annotations
@@ -11,23 +13,29 @@ from __future__ import annotations
 import ast
 import ctypes
 import functools
-from importlib import util
+import sys
+import types
+from importlib import metadata, util
 from pathlib import Path
+from typing import Mapping
 
 BUILD_FIELDS = ("__version__", "cuda", "hip")
+"""What ``torch.version`` holds that says which torch this is and which GPUs it can drive."""
 
 
 @functools.lru_cache(maxsize=None)
-def facts() -> dict[str, str | None]:
+def facts() -> Mapping[str, str | None]:
     """``__version__``, ``cuda`` and ``hip`` as ``torch.version`` has them; empty where torch is not installed or its
     version.py does not hold them as plain values."""
     spec = util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
-        return {}
-    return read_build(Path(spec.submodule_search_locations[0]) / "version.py")
+        return types.MappingProxyType({})
+    return types.MappingProxyType(read_build(Path(spec.submodule_search_locations[0]) / "version.py"))
 
 
 def read_build(version_py: Path) -> dict[str, str | None]:
+    """BUILD_FIELDS from the assignments of a torch/version.py, plain (older releases) or annotated; all of them or
+    none, so that a file of another shape reads as unknown rather than as a build without CUDA."""
     try:
         tree = ast.parse(version_py.read_text())
     except (OSError, SyntaxError):
@@ -46,6 +54,7 @@ def read_build(version_py: Path) -> dict[str, str | None]:
 
 
 def cuda_driver_loads() -> bool:
+    """Whether the CUDA driver's library loads here, as it must for torch (or anything) to reach a GPU."""
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -55,9 +64,17 @@ def cuda_driver_loads() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def sees_no_cuda_gpu() -> bool:
-    """True where torch cannot see a CUDA GPU, known without importing it: a build for neither CUDA nor HIP, or a CUDA
-    build on a host whose driver library (libcuda.so.1) does not load. False means: ask torch."""
+    """True where torch cannot see a CUDA GPU, known without importing it: on Linux, a build for neither CUDA nor
+    HIP, or a CUDA build on a host whose driver library (libcuda.so.1) does not load. False means: ask torch."""
     build = facts()
-    if not build or build["hip"] is not None:
+    if not sys.platform.startswith("linux") or not build or build["hip"] is not None:
         return False
     return build["cuda"] is None or not cuda_driver_loads()
+
+
+def wheel_nccl() -> str | None:
+    """The version of the one ``nvidia-nccl-cu*`` wheel installed, the NCCL a pip-installed CUDA torch loads (what
+    ``torch.cuda.nccl.version()`` reads); None where there is none, or more than one."""
+    versions = {dist.version for dist in metadata.distributions()
+                if (dist.metadata["Name"] or "").lower().startswith("nvidia-nccl-cu")}
+    return versions.pop() if len(versions) == 1 else None

@@ -2,9 +2,9 @@
 (tests/multinode.py passes this file to pytest; its name keeps it out of `make test`'s collection): the U-Net writes
 its volume into each node's temp dir, and an unmodified script (train.py here) starts under OptimizerSteps' wrapper.
 
-One rank per node and the smallest settings: what the tests check is where each node's files go and that each case
-measures, not the training (every workload's matrix case runs on the local launcher in test_workloads and
-test_torch_range)."""
+The smallest settings, as what the tests check is where each node's files go and that each case measures, not the
+training (every workload trains on the local launcher in test_workloads and test_torch_range). The U-Net keeps two
+ranks per node, so that a node's second rank reads the volume its first wrote; the script runs one."""
 
 from pathlib import Path
 
@@ -16,7 +16,7 @@ UNET3D = HERE.parent.parent / "workloads" / "unet3d_train.py"
 CASES = [
     Case("unet3d", "node-local", (str(UNET3D),),
          cpu=Flavour({"device": "cpu", "base-channels": 2, "batch-size": 1, "volume": 64, "loader": "torch",
-                      "workers": 0}, steps=6, warmup=2, ranks_per_node=1, timeout_s=300)),
+                      "workers": 0}, steps=6, warmup=2, timeout_s=300)),
     Case("own", "mlp", ("train.py",), cwd=str(HERE), records=OptimizerSteps(samples_per_step=64),
          cpu=Flavour({}, steps=6, warmup=2, ranks_per_node=1, timeout_s=300)),
 ]
