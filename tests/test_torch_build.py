@@ -1,5 +1,5 @@
-"""torch's build read from its version.py and its NCCL wheel, and a session that learns a GPU-less host has no GPU
-without importing torch."""
+"""torch's build read from its version.py and its metadata's NCCL pin, and a session that learns a GPU-less host has
+no GPU without importing torch."""
 
 import subprocess
 import sys
@@ -39,25 +39,37 @@ def test_the_installed_torch_reads_as_torch_itself_says():
         assert not torch_build.sees_no_cuda_gpu(), "a host with a GPU must be asked"
 
 
-def test_the_nccl_wheel_is_the_nccl_the_installed_torch_loads():
+def test_the_pinned_nccl_is_the_nccl_the_installed_torch_reports():
     torch = pytest.importorskip("torch")
-    if not torch.version.cuda or torch_build.wheel_nccl() is None:
-        pytest.skip("no CUDA torch with one nvidia-nccl-cu* wheel here")
-    assert torch_build.wheel_nccl() == ".".join(str(part) for part in torch.cuda.nccl.version())
+    if not torch.version.cuda or torch_build.pinned_nccl() is None:
+        pytest.skip("no pip-installed CUDA torch that pins its NCCL here")
+    assert torch_build.pinned_nccl() == ".".join(str(part) for part in torch.cuda.nccl.version())
 
 
-def distribution(name, version):
-    return SimpleNamespace(metadata={"Name": name}, version=version)
+@pytest.mark.parametrize("requirements, expected", [
+    (['nvidia-nccl-cu13==2.30.7; platform_system == "Linux"', "filelock"], "2.30.7"),
+    (["filelock", "nvidia-cublas-cu12==12.4.5.8"], None),
+    (["nvidia-nccl-cu12>=2.20"], None),
+    (None, None),
+], ids=["pinned", "no-nccl", "not-pinned", "no-requirements"])
+def test_only_the_nccl_torch_pins_names_its_nccl(monkeypatch, requirements, expected):
+    """Another package's nvidia-nccl-cu12 wheel (xgboost's, jax's) beside a torch that pins none says nothing."""
+    monkeypatch.setattr(torch_build.metadata, "requires", lambda name: requirements)
+    assert torch_build.pinned_nccl() == expected
 
 
-@pytest.mark.parametrize("installed, expected", [
-    ([distribution("torch", "2.14.1")], None),
-    ([distribution("nvidia-nccl-cu13", "2.30.7"), distribution("torch", "2.14.1")], "2.30.7"),
-    ([distribution("nvidia-nccl-cu12", "2.21.5"), distribution("nvidia-nccl-cu13", "2.30.7")], None),
-], ids=["none", "one", "two"])
-def test_only_one_nccl_wheel_names_the_nccl(monkeypatch, installed, expected):
-    monkeypatch.setattr(torch_build.metadata, "distributions", lambda: installed)
-    assert torch_build.wheel_nccl() == expected
+def test_a_cuda_torch_without_a_pinned_nccl_is_asked_for_it(monkeypatch):
+    """A container's own build on a host without a driver: its NCCL comes from torch, as it did before."""
+    from perfgate.launch import environment
+
+    fake_torch = SimpleNamespace(version=SimpleNamespace(cuda="12.4"),
+                                 cuda=SimpleNamespace(nccl=SimpleNamespace(version=lambda: (2, 21, 5))))
+    monkeypatch.setattr(torch_build, "sees_no_cuda_gpu", lambda: True)
+    monkeypatch.setattr(torch_build, "facts", lambda: {"__version__": "2.5.0a0", "cuda": "12.4", "hip": None})
+    monkeypatch.setattr(torch_build, "pinned_nccl", lambda: None)
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    info = environment.describe()
+    assert (info["cuda"], info["nccl"], "torch_error" in info) == ("12.4", "2.21.5", False)
 
 
 def no_driver(name):
@@ -87,8 +99,8 @@ def test_only_a_build_that_cannot_see_a_gpu_here_answers_without_torch(monkeypat
 
 @pytest.mark.launches
 def test_without_a_gpu_a_session_reads_hardware_versions_and_environment_without_importing_torch():
-    if not torch_build.sees_no_cuda_gpu() or (torch_build.facts()["cuda"] and torch_build.wheel_nccl() is None):
-        pytest.skip("torch must be asked here: a CUDA driver loads, or its NCCL is not a wheel's")
+    if not torch_build.sees_no_cuda_gpu() or (torch_build.facts()["cuda"] and torch_build.pinned_nccl() is None):
+        pytest.skip("torch must be asked here: a CUDA driver loads, or it pins no NCCL")
     script = ("import sys\nfrom perfgate.launch import environment, hardware\n"
               "hw = hardware.detect(); versions = hardware.software_versions(); env = environment.describe()\n"
               "assert 'torch' not in sys.modules, 'torch was imported'\n"
@@ -96,5 +108,5 @@ def test_without_a_gpu_a_session_reads_hardware_versions_and_environment_without
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     build = torch_build.facts()
-    nccl = torch_build.wheel_nccl() if build["cuda"] else None
+    nccl = torch_build.pinned_nccl() if build["cuda"] else None
     assert done.stdout.split() == ["0", build["__version__"], str(build["cuda"]), "None", str(build["cuda"]), str(nccl)]

@@ -5,8 +5,8 @@ DALI, read by that interpreter itself (``python -m perfgate.launch.environment``
 what they hold, not only by their paths. Package versions come from the installed distributions' metadata; CUDA
 from torch's build and NCCL from ``torch.cuda.nccl.version()``, the NCCL torch was built with or loads, which needs
 no GPU. On a host without a GPU (perfgate.launch.torch_build) both are read without importing torch where they can
-be: CUDA from torch/version.py, NCCL from a pip-installed torch's nvidia-nccl-cu* wheel. A package that is missing
-is None.
+be: CUDA from torch/version.py, NCCL from the nvidia-nccl-cu* version a pip-installed torch pins. A package that is
+missing is None.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def describe() -> dict[str, Any]:
     info.update({package: version_of(names) for package, names in DISTRIBUTIONS.items()})
     info["dali"] = dali_version()
     info["cuda"] = torch_build.facts().get("cuda")
-    info["nccl"] = torch_build.wheel_nccl() if info["cuda"] else None
+    info["nccl"] = torch_build.pinned_nccl() if info["cuda"] else None
     if torch_build.sees_no_cuda_gpu() and (info["nccl"] or not info["cuda"]):
         return info
     try:

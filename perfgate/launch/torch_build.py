@@ -3,8 +3,8 @@
 ``import torch`` costs 3-4 CPU-seconds on a small CI runner, and a pytest session, a node's hardware probe and an
 environment probe each paid it only to learn that a host without a GPU has none. torch takes its version and its
 CUDA and HIP builds from ``torch/version.py``, so reading that file gives the same answers; a CUDA build sees no GPU
-where the driver's library does not load; and a pip-installed CUDA build loads the NCCL of its ``nvidia-nccl-cu*``
-wheel. Where one of these does not settle a question (another platform, a ROCm build, NCCL built in), torch is
+where the driver's library does not load; and a pip-installed CUDA build pins the NCCL it was built against in its
+requirements. Where one of these does not settle a question (another platform, a ROCm build, NCCL built in), torch is
 asked, as before.
 """
 
@@ -72,9 +72,14 @@ def sees_no_cuda_gpu() -> bool:
     return build["cuda"] is None or not cuda_driver_loads()
 
 
-def wheel_nccl() -> str | None:
-    """The version of the one ``nvidia-nccl-cu*`` wheel installed, the NCCL a pip-installed CUDA torch loads (what
-    ``torch.cuda.nccl.version()`` reads); None where there is none, or more than one."""
-    versions = {dist.version for dist in metadata.distributions()
-                if (dist.metadata["Name"] or "").lower().startswith("nvidia-nccl-cu")}
-    return versions.pop() if len(versions) == 1 else None
+def pinned_nccl() -> str | None:
+    """The NCCL version a pip-installed CUDA torch pins (its ``nvidia-nccl-cu*==X`` requirement): the NCCL it was built
+    against, which ``torch.cuda.nccl.version()`` reports. None where torch's metadata pins none, as for a container's
+    own build; another package's NCCL wheel (xgboost, jax) says nothing about torch."""
+    try:
+        requirements = metadata.requires("torch") or []
+    except metadata.PackageNotFoundError:
+        return None
+    pins = {requirement.split(";")[0].split("==")[1].strip() for requirement in requirements
+            if requirement.lower().startswith("nvidia-nccl-cu") and "==" in requirement.split(";")[0]}
+    return pins.pop() if len(pins) == 1 else None
