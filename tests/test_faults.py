@@ -1,5 +1,6 @@
 """Fault injection: each deliberate failure ends as its own class in the verdict, fast, with no process
-left behind and no baseline touched (a small 3D U-Net case on 2 gloo ranks, synthetic data).
+left behind and no baseline touched (a small 3D U-Net case on 2 gloo ranks, or 1 where the fault needs no
+second, synthetic data).
 
 Scenarios: crash, SIGKILL, hang, OOM, NaN loss, a crash and a hang in teardown after the run finished, bad option,
 missing apex, corrupt baseline, baseline of another workload version, nothing left to measure, a crash under
@@ -33,13 +34,16 @@ TEARDOWN_HANG_TIMEOUT_S = {{teardown_hang_timeout_s}}
 SMALL = {{"device": "cpu", "base-channels": 2, "batch-size": 1, "loader": "synthetic", "workers": 0}}
 FAULTS = {{"crash": "crash@1:2", "kill": "kill@1:2", "hang": "hang@1:2", "oom": "oom@0:2", "nan": "nan@0:2",
            "none": None, "corrupt": None, "old-version": None, "teardown": "crash@1:end", "teardown-hang": "hang@1:end"}}
+# A fault that rank 0 meets alone, and a refused setting, need no second rank: those cases run one.
+ONE_RANK = {{"oom", "nan", "bad-option", "apex"}}
 CASES = [Case("unet3d", name, ({str(WORKLOAD)!r},),
               cpu=Flavour({{**SMALL, "inject-fault": fault}}, steps=6, warmup=1, tolerance=0.5,
+                          ranks_per_node=1 if name in ONE_RANK else None,
                           timeout_s=HANG_TIMEOUT_S if name == "hang" else TEARDOWN_HANG_TIMEOUT_S))
          for name, fault in FAULTS.items()]
 CASES += [
-    Case("unet3d", "bad-option", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "base-channels": 0}})),
-    Case("unet3d", "apex", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "optimizer": "apex"}})),
+    Case("unet3d", "bad-option", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "base-channels": 0}}, ranks_per_node=1)),
+    Case("unet3d", "apex", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "optimizer": "apex"}}, ranks_per_node=1)),
     Case("unet3d", "all-warmup", ({str(WORKLOAD)!r},), cpu=Flavour(SMALL, steps=2, warmup=2)),
     Case("unet3d", "slow", ({str(WORKLOAD)!r},), cpu=Flavour(SMALL, steps=10000, warmup=1, timeout_s=120)),
 ]

@@ -1,4 +1,5 @@
-"""The local launcher with real torchrun agents and gloo ranks (small scripts, no model)."""
+"""The local launcher with real torchrun agents and gloo ranks (small scripts, no model; the ranks that only hang
+need no torch)."""
 
 import sys
 import textwrap
@@ -24,16 +25,19 @@ SCRIPTS = {
     "ok": "t = torch.ones(1); dist.all_reduce(t); print(f'rank {rank}/{world} sum {int(t.item())}', flush=True)",
     "crash": "if rank == 1:\n    print('boom on rank 1', file=sys.stderr, flush=True); sys.exit(3)\ndist.barrier()",
     "sigkill": "if rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\ndist.barrier()",
-    "hang": "if rank == 1:\n    time.sleep(3600)\ndist.barrier()",
 }
 
 ENDING = "\ndist.destroy_process_group()\nsys.stdout.flush()\nos._exit(0)\n"
 """How a finished rank leaves, as the workloads do: Python's own exit can abort it (diagnose.EXIT_ABORT)."""
 
+HANG = "import time\ntime.sleep(3600)\n"
+"""Ranks that never exit. What ends them is the launcher's timeout or interrupt, not a peer, so they need no torch
+(whose import is most of a rank's start on a small VM)."""
+
 
 def spec(tmp_path, name, **kwargs):
     script = tmp_path / f"{name}.py"
-    script.write_text(PRELUDE + textwrap.dedent(SCRIPTS[name]) + ENDING)
+    script.write_text(HANG if name == "hang" else PRELUDE + textwrap.dedent(SCRIPTS[name]) + ENDING)
     defaults = {"nodes": 1, "procs_per_node": 2, "timeout_s": 60.0}
     return LaunchSpec(entry=[str(script)], workdir=tmp_path / "run", **{**defaults, **kwargs})
 

@@ -1,5 +1,6 @@
-"""The plugin end to end: pytest runs of a real OpenCLIP case under torchrun with 2 gloo ranks, and of the toy DDP
-and sleeper workloads where what is tested is the plugin's wiring (two nodes on one host, cases under xdist)."""
+"""The plugin end to end: pytest runs of a real OpenCLIP case under torchrun with 2 gloo ranks, of a small real 3D
+U-Net where a planted slowdown is gated beside a neighbour, and of the toy DDP and sleeper workloads where what is
+tested is the plugin's wiring (two nodes on one host, cases under xdist)."""
 
 import json
 from xml.etree import ElementTree
@@ -15,16 +16,18 @@ from conftest import REPO
 pytestmark = pytest.mark.launches
 
 WORKLOAD = REPO / "workloads" / "openclip_train.py"
+UNET = REPO / "workloads" / "unet3d_train.py"
 SUITE = f"""
 from perfgate import Case, Flavour, parametrize
 
 TINY = {{"model": "perfgate-ViT-tiny", "device": "cpu", "batch-size": 16, "workers": 0}}
+SMALL = {{"device": "cpu", "base-channels": 4, "batch-size": 1, "volume": 64, "loader": "synthetic", "workers": 0}}
 CASES = [
     Case("openclip", "tiny", ({str(WORKLOAD)!r},),
          cpu=Flavour(TINY, steps=12, warmup=2, tolerance=0.4, timeout_s=240),
          gpu=Flavour({{**TINY, "device": "cuda"}}), gated=("samples_per_second", "total_time_secs")),
-    Case("openclip", "noise", ({str(WORKLOAD)!r},),
-         cpu=Flavour(TINY, steps=12, warmup=2, tolerance_floor=0.25, cpu_tolerance_floor=0.25, timeout_s=240),
+    Case("unet3d", "noise", ({str(UNET)!r},),
+         cpu=Flavour(SMALL, steps=12, warmup=2, tolerance_floor=0.25, cpu_tolerance_floor=0.25, timeout_s=240),
          version="3",
          later_runs_args=("--no-count-flops",)),
 ]
@@ -48,8 +51,8 @@ def run(pytester, *args):
     return pytester.runpytest_subprocess(*PINNED, *args, timeout=600)
 
 
-def baseline_file(pytester, case="tiny"):
-    return pytester.path / "b" / CLASS / f"openclip-{case}-cpu.json"
+def baseline_file(pytester, case="openclip-tiny"):
+    return pytester.path / "b" / CLASS / f"{case}-cpu.json"
 
 
 def scale(baseline, metric, factor):
@@ -180,9 +183,10 @@ def test_gpu_flavour_skips_with_a_reason_without_a_gpu(suite):
 @pytest.mark.serial
 def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baseline(suite):
     """Beside a second 2-rank training job on the same cores, as on a shared CI runner, where a plant that slept
-    instead of working hid a doubled step. The noise case gates what CPU flavours gate by default, the fastest
-    step's throughput and the CPU time per sample, with tolerances derived from 5 baseline runs (both floors 25 %);
-    a planted slowdown that doubles each step fails on both clocks.
+    instead of working hid a doubled step. The noise case, a small real 3D U-Net (its launch costs 30 % less CPU
+    than the tiny OpenCLIP's, and a plant works the same in any workload), gates what CPU flavours gate by default,
+    the fastest step's throughput and the CPU time per sample, with tolerances derived from 5 baseline runs (both
+    floors 25 %); a planted slowdown that doubles each step fails on both clocks.
 
     The three sessions run minutes apart, and a shared CI VM drifts in between, on both clocks, by enough to hide a
     25 % plant and to fail an unchanged session against a 10 % floor
@@ -201,7 +205,7 @@ def test_planted_slowdown_fails_and_no_slowdown_passes_against_one_fresh_baselin
 def planted_session_against_a_fresh_baseline(suite):
     args = ["-k", "noise-cpu", "--perf-repeats", "2", "--perf-max-repeats", "2"]
     run(suite, *args, "--update-baselines", "--perf-baseline-repeats", "5").assert_outcomes(passed=1)
-    stored = json.loads(baseline_file(suite, "noise").read_text())
+    stored = json.loads(baseline_file(suite, "unet3d-noise").read_text())
     assert stored["workload_version"] == "3"
     assert set(stored["metrics"]) == {"fastest_step_samples_per_second", "cpu_seconds_per_sample"}
     assert stored["metrics"]["fastest_step_samples_per_second"]["tolerance"] >= 0.25
@@ -221,7 +225,7 @@ def planted_session_against_a_fresh_baseline(suite):
     planted.assert_outcomes(failed=1)
     planted.stdout.fnmatch_lines([
         "*PLANTED SLOWDOWN 100%*",
-        "*openclip-noise-cpu*FAIL*",
+        "*unet3d-noise-cpu*FAIL*",
         "window share: *% of the session's launch time (* s measured of * s in 2 launch(es))*",
         f"perfgate: wrote {suite.path / 'perf.json'}",
     ])
@@ -240,7 +244,7 @@ def planted_session_against_a_fresh_baseline(suite):
     assert all(run["metrics"]["flops_per_sample"] == first["metrics"]["flops_per_sample"] > 0 for run in later)
     assert all(run["time_s"]["window_s"] > 0 and run["time_s"]["startup_s"] > 0 and run["time_s"]["teardown_s"] >= 0
                for run in result["per_run"])
-    assert json.loads(baseline_file(suite, "noise").read_text()) == stored
+    assert json.loads(baseline_file(suite, "unet3d-noise").read_text()) == stored
 
 
 def newest_result(suite):
@@ -252,12 +256,12 @@ def assert_reports(path):
     """The planted session's pytest-benchmark JSON, summary.md with its plots, and JUnit properties."""
     benchmarks = json.loads((path / "perf.json").read_text())["benchmarks"]
     assert [(b["param"], b["extra_info"]["perfgate_verdict"], b["stats"]["rounds"]) for b in benchmarks] == [
-        ("openclip-noise-cpu", "FAIL", 2 * 10)]
+        ("unet3d-noise-cpu", "FAIL", 2 * 10)]
     summary = (path / "report" / "summary.md").read_text()
-    assert "| openclip-noise-cpu | fastest_step_samples_per_second |" in summary and "FAIL" in summary
-    assert "| openclip-noise-cpu | 2 |" in summary, "each case's launches' time accounting, summed"
+    assert "| unet3d-noise-cpu | fastest_step_samples_per_second |" in summary and "FAIL" in summary
+    assert "| unet3d-noise-cpu | 2 |" in summary, "each case's launches' time accounting, summed"
     assert sorted(p.name for p in (path / "report").glob("*.png")) == [
-        "openclip-noise-cpu-runs.png", "openclip-noise-cpu-timeline.png"]
+        "unet3d-noise-cpu-runs.png", "unet3d-noise-cpu-timeline.png"]
     junit = ElementTree.parse(path / "junit.xml")
     properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
     assert properties["perfgate.verdict"] == "FAIL"
