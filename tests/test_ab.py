@@ -188,7 +188,8 @@ def test_the_unchanged_build_passes_a_b_with_the_defaults_beside_a_busy_process(
     once, so this test needs no machine of its own.
 
     The case gates the window's throughput, measured on the span both sides ran in, with a 20 % tolerance: the load
-    halves the throughput, and the test is about the verdict's footing, not its resolution (benchmarks/
+    takes a third of the throughput (the rank on the busy core gets a third of it, not half, and DDP waits for it),
+    and the test is about the verdict's footing, not its resolution (benchmarks/
     detection_power.py measures that: docs/measurements.md)."""
     workload = REPO / "workloads" / "unet3d_train.py"
     pytester.makepyfile(test_suite=f"""

@@ -34,11 +34,11 @@ TEARDOWN_HANG_TIMEOUT_S = {{teardown_hang_timeout_s}}
 SMALL = {{"device": "cpu", "base-channels": 2, "batch-size": 1, "loader": "synthetic", "workers": 0}}
 FAULTS = {{"crash": "crash@1:2", "kill": "kill@1:2", "hang": "hang@1:2", "oom": "oom@0:2", "nan": "nan@0:2",
            "none": None, "corrupt": None, "old-version": None, "teardown": "crash@1:end", "teardown-hang": "hang@1:end"}}
-# A fault that rank 0 meets alone, and a refused setting, need no second rank: those cases run one.
-ONE_RANK = {{"oom", "nan", "bad-option", "apex"}}
+# A fault that rank 0 meets alone needs no second rank, nor does a refused setting (below): those cases run one.
+RANK_ZERO_ALONE = {{"oom", "nan"}}
 CASES = [Case("unet3d", name, ({str(WORKLOAD)!r},),
               cpu=Flavour({{**SMALL, "inject-fault": fault}}, steps=6, warmup=1, tolerance=0.5,
-                          ranks_per_node=1 if name in ONE_RANK else None,
+                          ranks_per_node=1 if name in RANK_ZERO_ALONE else None,
                           timeout_s=HANG_TIMEOUT_S if name == "hang" else TEARDOWN_HANG_TIMEOUT_S))
          for name, fault in FAULTS.items()]
 CASES += [

@@ -110,6 +110,11 @@ def test_missing_baseline_update_pass_and_regression(suite, monkeypatch):
     assert provenance["versions"]["torch"].startswith("2.")
     assert "torch.distributed.run" in provenance["command"] and "$WORKDIR/steps.jsonl" in provenance["command"]
     assert provenance["measured"]["measured_steps"] == 10
+    updated = max(suite.path.glob("**/test_clip_tiny_cpu_0/result.json"), key=lambda p: p.stat().st_mtime)
+    runs = json.loads(updated.read_text())["per_run"]
+    assert runs[0]["metrics"]["flops_per_sample"] > 0, "OpenCLIP's FLOPs counted in the first launch"
+    assert all(run["facts"]["start"]["cudnn_benchmark"] is True and run["facts"]["end"]["cudagraph_skips"] == 0
+               for run in runs)
 
     replay_in_sessions(monkeypatch, max(suite.path.glob("**/test_clip_tiny_cpu_0/run0"), key=lambda p: p.stat().st_mtime))
     gate = run(suite, "-k", "tiny-cpu")
