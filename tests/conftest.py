@@ -1,5 +1,6 @@
 """Shared helpers for the harness's tests."""
 
+import os
 from pathlib import Path
 
 import postgres_server
@@ -14,6 +15,19 @@ pytest_plugins = ("pytester",)
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = REPO / "workloads"
+
+NESTED_SESSION_OPTIONS = "-p no:anyio"
+"""What every pytest session a test starts is given (PYTEST_ADDOPTS): no anyio plugin. Selenium, the dashboard tests'
+browser driver, brings trio, and anyio's plugin imports it in every session: 0.7 of a session's 1.7 CPU-s on a
+2-core VM, in a suite that starts a few hundred sessions, none of them with an async test."""
+os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS"), NESTED_SESSION_OPTIONS]))
+
+
+@pytest.fixture
+def pytester(pytester, monkeypatch):
+    """pytest's own, whose sessions get NESTED_SESSION_OPTIONS too (it drops the outer PYTEST_ADDOPTS)."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", NESTED_SESSION_OPTIONS)
+    return pytester
 
 
 def leftover_processes(marker: str) -> list[psutil.Process]:
