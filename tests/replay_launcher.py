@@ -59,7 +59,9 @@ def replay_in_sessions(monkeypatch, run_dir: Path, scale: float = 1.0) -> None:
     """The pytest sessions this test starts from now on launch nothing: each launch replays ``run_dir``."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(Path(__file__).parent),
                                                                    os.environ.get("PYTHONPATH")])))
-    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS"), "-p replay_launcher"])))
+    options = os.environ.get("PYTEST_ADDOPTS", "")
+    if "-p replay_launcher" not in options:
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{options} -p replay_launcher".strip())
     monkeypatch.setenv(SOURCE_ENV, str(run_dir))
     monkeypatch.setenv(SCALE_ENV, str(scale))
 
