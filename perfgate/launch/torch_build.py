@@ -76,10 +76,13 @@ def pinned_nccl() -> str | None:
     """The NCCL version a pip-installed CUDA torch pins (its ``nvidia-nccl-cu*==X`` requirement): the NCCL it was built
     against, which ``torch.cuda.nccl.version()`` reports. None where torch's metadata pins none, as for a container's
     own build; another package's NCCL wheel (xgboost, jax) says nothing about torch."""
+    from packaging.requirements import Requirement  # pytest's own dependency; its import is 40 ms, paid only here
+
     try:
         requirements = metadata.requires("torch") or []
     except metadata.PackageNotFoundError:
         return None
-    pins = {requirement.split(";")[0].split("==")[1].strip() for requirement in requirements
-            if requirement.lower().startswith("nvidia-nccl-cu") and "==" in requirement.split(";")[0]}
+    pins = {spec.version for requirement in map(Requirement, requirements)
+            if requirement.name.lower().startswith("nvidia-nccl-cu")
+            for spec in requirement.specifier if spec.operator == "=="}
     return pins.pop() if len(pins) == 1 else None
