@@ -55,7 +55,7 @@ from background_load import busy_processes, training_job  # noqa: E402
 
 from perfgate.config.cases import baseline_path  # noqa: E402
 from perfgate.config.settings import Settings  # noqa: E402
-from perfgate.judge import baselines, machine_drop  # noqa: E402
+from perfgate.judge import baselines, machine_drop, session_spread  # noqa: E402
 from perfgate.judge.gate import machine_rules, undecided  # noqa: E402
 from perfgate.judge.session_spread import SessionSpread, worsening  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
@@ -249,7 +249,7 @@ def with_machine_rules(trials: list[dict], measured: dict[str, float]) -> list[t
         now = {name: statistics.median(values) for name in PROBES
                if (values := [run[name] for run in trial.get("probes", []) if run.get(name)])}
         probe = now.get(CALIBRATION_PROBE)
-        like = [values for then, values in history if probe is None or spreads.like(then, probe)]
+        like = [values for then, values in history if probe is None or session_spread.like(then, probe)]
         found = {row["metric"]: SessionSpread.of(row["metric"], [values[row["metric"]] for values in like
                                                                  if row["metric"] in values], "the trials before")
                  for row in rows}

@@ -144,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "perfgate dashboard --help")
     commands.add_parser("trend", add_help=False, help="change points in the results kept by --perf-history; "
                         "perfgate trend --help")
+    commands.add_parser("store-sessions", add_help=False, help="keep each case's unchanged sessions from the results "
+                        "history in its baseline file, for clones with no history; perfgate store-sessions --help")
     commands.add_parser("bisect", add_help=False, help="find the commit that made a case slower (A/B verdicts); "
                         "perfgate bisect --help")
     return parser
@@ -161,14 +163,14 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return dashboard.main(argv[1:])
-    if argv[:1] == ["trend"]:
-        try:
-            from perfgate.trend import command  # its libraries are an extra, perfgate[trend]
+    if argv[:1] in (["trend"], ["store-sessions"]):
+        try:  # their libraries are an extra, perfgate[trend]
+            from perfgate.trend import command, store_sessions
         except ImportError as exc:
-            print(f"perfgate: error: perfgate trend needs {exc.name}: pip install 'perfgate[trend]', then pip install "
-                  "--no-deps apache-otava==0.8.0 (requirements-nodeps.txt)", file=sys.stderr)
+            print(f"perfgate: error: perfgate {argv[0]} needs {exc.name}: pip install 'perfgate[trend]', then pip "
+                  "install --no-deps apache-otava==0.8.0 (requirements-nodeps.txt)", file=sys.stderr)
             return 2
-        return command.main(argv[1:])
+        return (command if argv[0] == "trend" else store_sessions).main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "result-schema":

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 
@@ -5,7 +6,7 @@ import pytest
 
 from perfgate.config.cases import baseline_path
 from perfgate.judge import baselines
-from perfgate.judge.baselines import Baseline, BaselineError, MetricBaseline
+from perfgate.judge.baselines import Baseline, BaselineError, MetricBaseline, StoredSession
 from perfgate.measure import stats
 
 CLASS = "cpu-amd-epyc-2c-n1"
@@ -67,6 +68,13 @@ def test_corrupt_file_is_an_error_naming_it_and_left_untouched(path):
         (lambda d: d["metrics"]["total_time_secs"].update(value="fast"), "field 'value' has the wrong type"),
         (lambda d: d.update(metrics={}), "no metrics"),
         (lambda d: d.update(hardware_class="nvidia-h100-x8-n1"), "holds a baseline for hardware class 'nvidia-h100"),
+        (lambda d: d.update(sessions={}), "'sessions' must be a list"),
+        (lambda d: d.update(sessions=[{"recorded_at": "2026-11-29T14:00:00+00:00"}]),
+         "session 1: missing field 'medians'"),
+        (lambda d: d.update(sessions=[{"recorded_at": "t", "medians": {"m": 0}}]),
+         "session 1: 'medians' must map metrics to positive numbers"),
+        (lambda d: d.update(sessions=[{"recorded_at": "t", "medians": {"m": 1.0}, "probe": "fast"}]),
+         "session 1: 'probe' must be a positive number or null"),
     ],
 )
 def test_invalid_content_is_an_error_naming_what_is_wrong(path, edit, message):
@@ -179,6 +187,19 @@ def test_runs_and_workload_version_round_trip(path):
     assert data["metrics"]["m"]["relative_spread"] == pytest.approx(1.4826 * 1.0 / 100.0)
     assert data["workload_version"] == "2"
     assert baselines.load(path) == baseline
+
+
+def test_stored_sessions_round_trip_oldest_first(path):
+    sessions = (StoredSession("2026-11-29T14:00:00+00:00", {"samples_per_second": 98.0}, 61.5, "abc"),
+                StoredSession("2026-11-29T15:00:00+00:00", {"samples_per_second": 101.0, "total_time_secs": 10.2}))
+    baseline = dataclasses.replace(sample(), sessions=sessions)
+    baselines.write(path, baseline)
+    assert json.loads(path.read_text())["sessions"][1] == {"recorded_at": "2026-11-29T15:00:00+00:00", "commit": None,
+                                                           "probe": None, "medians": {"samples_per_second": 101.0,
+                                                                                      "total_time_secs": 10.2}}
+    assert baselines.load(path) == baseline
+    baselines.write(path, sample())
+    assert "sessions" not in json.loads(path.read_text()) and baselines.load(path).sessions == ()
 
 
 def test_bad_runs_are_rejected(path):

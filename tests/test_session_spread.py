@@ -9,7 +9,7 @@ from fakes import METRIC, FakeMeasurer, make_plan
 
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines, session_spread
-from perfgate.judge.baselines import Baseline, MetricBaseline
+from perfgate.judge.baselines import Baseline, MetricBaseline, StoredSession
 from perfgate.judge.gate import Gate, SessionSpreadWarning, StoredBaseline
 from perfgate.judge.session_spread import FALSE_ALARM_Z, MIN_SESSIONS, SessionSpread
 from perfgate.outcome import CaseFailed
@@ -119,10 +119,20 @@ def test_a_metric_without_a_spread_keeps_its_outcome_and_has_no_row():
     assert session_spread.judge({}, [Verdict(-0.09)], ["FAIL"]) == (["FAIL"], [])
 
 
-def store(plan):
+def store(plan, sessions=()):
     baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", {
         METRIC: MetricBaseline(100.0, "higher", 0.05, "samples/s", (98.0, 99.0, 100.0, 101.0, 102.0))},
-        provenance={}, workload_version="1"))
+        provenance={}, workload_version="1", sessions=tuple(sessions)))
+
+
+def sessions(values, probe=100.0):
+    """Unchanged sessions stored with the baseline (perfgate store-sessions), an hour apart from 10:00."""
+    return [StoredSession(f"2026-11-29T{10 + hour:02}:00:00+00:00", {METRIC: value}, probe, "abc")
+            for hour, value in enumerate(values)]
+
+
+SPREAD_6 = [94.0, 96.0, 100.0, 104.0, 106.0, 94.0, 96.0, 100.0, 104.0, 106.0]
+"""Ten unchanged sessions whose robust spread is 5.9 %."""
 
 
 def gate(plan, values, spreads, probe=None, asked=None, **settings):
@@ -135,7 +145,7 @@ def gate(plan, values, spreads, probe=None, asked=None, **settings):
 
 
 def test_the_spread_is_asked_for_with_the_runs_machine_speed_probe_once_they_are_measured(tmp_path):
-    """Sessions on a machine like this one's are what the spread is learned from (trend.spreads.like)."""
+    """Sessions on a machine like this one's are what the spread is learned from (session_spread.like)."""
     plan = make_plan(tmp_path)
     store(plan)
     asked = []
@@ -205,3 +215,32 @@ def test_a_pass_on_a_machine_that_outran_its_baseline_says_so_with_what_it_can_s
         warnings.simplefilter("error", SessionSpreadWarning)
         assert gate(plan, [102.0, 103.0, 104.0], {METRIC: spread(centre=103.0, relative=0.01)}).check().verdict == \
             "pass", "sessions 3 % faster, within the 5 % tolerance: the baseline still holds"
+
+
+def test_a_clone_with_no_history_judges_by_the_sessions_stored_with_the_baseline(tmp_path):
+    """A fresh clone on issue 47's VM had no history, and the drift between sessions FAILed 1 to 4 unchanged cases
+    of 7 in each quiet `make perf`: the sessions stored with the baseline tell it what the history would."""
+    plan = make_plan(tmp_path)
+    store(plan, sessions(SPREAD_6))
+    with pytest.warns(SessionSpreadWarning) as warned:
+        result = gate(plan, [90.0, 90.5, 91.0], {}, probe=101.0).check()
+    assert result.verdict == "unresolved" and result.session_spread[0]["sessions"] == 10
+    message = str(warned[0].message)
+    assert f"spread 5.9% (10 sessions in {plan.baseline_file}, stored, 2026-11-29T10:00 to 2026-11-29T19:00)" in message
+    assert "a stored baseline catches a slowdown of" in message and "--perf-against REF" in message
+    with pytest.raises(CaseFailed, match="performance regression"):
+        gate(plan, [70.0, 70.5, 71.0], {}, probe=101.0).check()
+
+
+def test_stored_sessions_count_only_on_a_machine_like_theirs_and_the_history_comes_first(tmp_path):
+    """Sessions stored on a quiet machine (probe 100) say nothing of a loaded one (probe 55); a history that knows
+    the spread between this machine's sessions is newer than the stored ones and judges instead."""
+    plan = make_plan(tmp_path)
+    store(plan, sessions(SPREAD_6))
+    with pytest.raises(CaseFailed, match="performance regression"):
+        gate(plan, [90.0, 90.5, 91.0], {}, probe=55.0).check()
+    with pytest.raises(CaseFailed, match=r"\(10 sessions in results/history.db\)"):
+        gate(plan, [90.0, 90.5, 91.0], {METRIC: spread(relative=0.005)}, probe=101.0).check()
+    store(plan, sessions(SPREAD_6[:MIN_SESSIONS - 1]))
+    with pytest.raises(CaseFailed, match="performance regression"):
+        gate(plan, [90.0, 90.5, 91.0], {}, probe=101.0).check()

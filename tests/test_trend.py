@@ -28,6 +28,7 @@ from perfgate.trend.analysis import series  # noqa: E402
 from perfgate.trend.changepoints import change_points  # noqa: E402
 from perfgate.trend.command import main as trend  # noqa: E402
 from perfgate.trend.spreads import learn  # noqa: E402
+from perfgate.trend.store_sessions import main as store_sessions  # noqa: E402
 from perfgate.trend.database import SCHEMA_LOCK, SCHEMA_VERSION, Bisection, Context, DatabaseError, ResultsDatabase, mask, url_of  # noqa: E402
 
 SEEDS = range(20)
@@ -317,6 +318,41 @@ def test_the_spread_between_sessions_counts_the_passed_sessions_of_this_version_
     assert learn(str(tmp_path / "new.db"), "c-cpu", "hw", "1", ["fastest_step_samples_per_second"]) == {}
 
 
+def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_file(tmp_path, capsys):
+    """Kept: the case's sessions at its workload version since the baseline was measured, a FAIL among them (the
+    drift a gate with no history took for a regression). Left out: sessions before the baseline, planted ones, A/B
+    candidates, other workload versions, and cases with no baseline. Stored twice, each session is kept once."""
+    url, baseline_dir = str(tmp_path / "history.db"), tmp_path / "b"
+    metric = "fastest_step_samples_per_second"
+    database = ResultsDatabase(url)
+    database.record([result(value=50.0), result(value=150.0)], CONTEXT)
+    path = baseline_dir / "hw" / "c-cpu.json"
+    baselines.write(path, baselines.Baseline("c-cpu", "hw", {
+        metric: baselines.MetricBaseline(100.0, "higher", 0.05, "samples/s", (99.0, 100.0, 101.0))},
+        provenance={"date": datetime.datetime.now(datetime.timezone.utc).isoformat()}, workload_version="1"))
+    planted = result(value=60.0)
+    planted.measured["planted_fraction"] = 0.5
+    paired = dataclasses.replace(result(value=55.0), reference={"revision": "HEAD"}, duet=True)
+    for value in (97.0, 103.0, 99.0, 101.0, 100.0, 96.0):
+        database.record([result(value=value, probe=80.0), result(case="d-cpu", value=value)], CONTEXT)
+    database.record([result(value=88.0, verdict="FAIL", probe=78.0), planted, paired,
+                     result(value=20.0, workload_version="2")], CONTEXT)
+    database.close()
+    assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
+    stored = baselines.load(path).sessions
+    assert [session.medians[metric] for session in stored] == [97.0, 103.0, 99.0, 101.0, 100.0, 96.0, 88.0]
+    assert {(session.probe, session.commit) for session in stored} == {(80.0, "abc"), (78.0, "abc")}
+    shown = capsys.readouterr().out
+    assert f"{path}: 7 session(s) stored (7 from {url})" in shown
+    assert re.search(r"c-cpu +hw +fastest_step_samples_per_second +7 +-1\.0% +3\.0% +5\.0% +6\.5% +9\.7%", shown), shown
+    assert not (baseline_dir / "hw" / "d-cpu.json").exists()
+    assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
+    assert baselines.load(path).sessions == stored
+    assert store_sessions(["--history", str(tmp_path / "none.db"), "--baseline-dir", str(baseline_dir)]) == 2
+    assert store_sessions(["--history", url, "--baseline-dir", str(tmp_path / "empty")]) == 2
+    assert "no results database at" in capsys.readouterr().err.splitlines()[0]
+
+
 def test_a_change_point_too_new_to_tell_a_spread_after_it_is_reached_across_not_left_to_the_stored_tolerance(tmp_path):
     """The machine sped up three sessions ago: too few sessions since to tell a spread, so the sessions before the
     step count too; without them a plant the faster machine hides would pass quietly, with no word of the history
@@ -420,7 +456,8 @@ def test_the_spread_between_sessions_is_learned_from_one_branch_when_asked(tmp_p
 @pytest.mark.launches
 def test_a_stored_baseline_is_judged_with_the_spread_of_the_sessions_the_history_holds(repo, monkeypatch):
     """Five unchanged sessions of the sleeper replayed up to 2.5 % apart into the history, each passing its 3 %
-    baseline: a session 5 % slower is then unresolved, saying what this machine can catch, and a twice slower one
+    baseline: a session 5 % slower is then unresolved, saying what this machine can catch, and so is it in a clone
+    with no history once the sessions are stored with the baseline (perfgate store-sessions); a twice slower one
     still fails."""
     recorded = record(repo.path / "sleeper.py", repo.path / "recorded", steps=8)
     replay_in_sessions(monkeypatch, recorded)
@@ -445,6 +482,12 @@ def test_a_stored_baseline_is_judged_with_the_spread_of_the_sessions_the_history
                                  "*--perf-against REF (a CPU flavour on the local launcher measures both sides at "
                                  "once*"])
     assert result_of(repo, "sleep")["verdict"] == "unresolved"
+    assert store_sessions(["--history", str(repo.path / "history.db"), "--baseline-dir", str(repo.path / "b"),
+                           "--since", stored.provenance["date"]]) == 0
+    clone = repo.runpytest_subprocess(*judged[:-1], timeout=300)
+    clone.assert_outcomes(passed=1)
+    clone.stdout.fnmatch_lines(["*SessionSpreadWarning: sleeper-sleep-cpu: unresolved on hw*",
+                                "*6 sessions in *sleeper-sleep-cpu.json, stored, *), so a change counts only beyond*"])
     replay_in_sessions(monkeypatch, recorded, scale=2.0)
     slower = repo.runpytest_subprocess(*judged, timeout=300)
     slower.assert_outcomes(failed=1)

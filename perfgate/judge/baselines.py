@@ -2,7 +2,9 @@
 
 Layout: ``<baseline-dir>/<hardware-class>/<case>.json``. A file holds, per gated metric, the value
 (the median of the runs it was measured from), the runs themselves and their spread, which direction
-is better, and the tolerance; the workload version; and the provenance of the measurement. Files are
+is better, and the tolerance; the workload version; the provenance of the measurement; and, where stored (``perfgate
+store-sessions``), the medians of unchanged sessions of the case on this class, which tell a clone with no results
+history how far the case moves between sessions (judge/session_spread.py). Files are
 replaced atomically (write a temporary file beside it, fsync, rename), so a reader or an interrupted
 update only ever sees the old or the new file. A file that cannot be read is an error, never
 "no baseline".
@@ -50,15 +52,33 @@ class MetricBaseline:
 
 
 @dataclass(frozen=True)
+class StoredSession:
+    """One unchanged session of the case on this class: its medians and machine-speed probe, when and at what commit
+    it ran. Kept with the baseline, they are the spread between sessions that a clone with no history judges by."""
+
+    recorded_at: str
+    medians: Mapping[str, float]
+    probe: float | None = None
+    commit: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"recorded_at": self.recorded_at, "commit": self.commit, "probe": self.probe,
+                "medians": dict(sorted(self.medians.items()))}
+
+
+@dataclass(frozen=True)
 class Baseline:
     case: str
     hardware_class: str
     metrics: Mapping[str, MetricBaseline]
     provenance: Mapping[str, Any]
     workload_version: str = "1"
+    sessions: tuple[StoredSession, ...] = ()
+    """Unchanged sessions of the case on this class, oldest first; none until ``perfgate store-sessions`` keeps them,
+    and none again once --update-baselines re-measures the case (the code or the machine changed)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "schema": SCHEMA,
             "case": self.case,
             "hardware_class": self.hardware_class,
@@ -66,6 +86,9 @@ class Baseline:
             "metrics": {name: m.to_json() for name, m in sorted(self.metrics.items())},
             "provenance": dict(self.provenance),
         }
+        if self.sessions:
+            data["sessions"] = [session.to_json() for session in self.sessions]
+        return data
 
 
 @dataclass(frozen=True)
@@ -108,6 +131,33 @@ def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
     return value
 
 
+def positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def parse_sessions(raw: Any, where: str) -> tuple[StoredSession, ...]:
+    """The ``sessions`` field: a list of {recorded_at, medians, probe, commit}."""
+    if not isinstance(raw, list):
+        raise BaselineError(f"{where}: 'sessions' must be a list")
+    sessions = []
+    for index, one in enumerate(raw):
+        here = f"{where}: session {index + 1}"
+        if not isinstance(one, dict):
+            raise BaselineError(f"{here} must be an object")
+        medians = _field(one, "medians", dict, here)
+        if not all(positive(value) for value in medians.values()):
+            raise BaselineError(f"{here}: 'medians' must map metrics to positive numbers")
+        probe, commit = one.get("probe"), one.get("commit")
+        if probe is not None and not positive(probe):
+            raise BaselineError(f"{here}: 'probe' must be a positive number or null")
+        if commit is not None and not isinstance(commit, str):
+            raise BaselineError(f"{here}: 'commit' must be a string or null")
+        sessions.append(StoredSession(_field(one, "recorded_at", str, here),
+                                      {name: float(value) for name, value in medians.items()},
+                                      None if probe is None else float(probe), commit))
+    return tuple(sessions)
+
+
 def parse(obj: Any, where: str) -> Baseline:
     if not isinstance(obj, dict):
         raise BaselineError(f"{where}: a baseline must be a JSON object")
@@ -129,9 +179,7 @@ def parse(obj: Any, where: str) -> Baseline:
         if not 0 <= tolerance < 1:
             raise BaselineError(f"{here}: tolerance must be a fraction in [0, 1), got {tolerance}")
         runs = raw.get("runs", [])
-        if not isinstance(runs, list) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in runs
-        ):
+        if not isinstance(runs, list) or not all(positive(v) for v in runs):
             raise BaselineError(f"{here}: 'runs' must be a list of positive numbers")
         metrics[name] = MetricBaseline(value, better, tolerance, str(raw.get("unit", "")), tuple(map(float, runs)))
     if not metrics:
@@ -142,6 +190,7 @@ def parse(obj: Any, where: str) -> Baseline:
         metrics=metrics,
         provenance=obj.get("provenance", {}),
         workload_version=str(obj.get("workload_version", "1")),
+        sessions=parse_sessions(obj.get("sessions", []), where),
     )
 
 

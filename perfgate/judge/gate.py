@@ -126,7 +126,7 @@ class Gate:
                  nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml,
                  spreads: Callable[[float | None], dict[str, SessionSpread]] | None = None) -> None:
         """``spreads``: given the runs' machine-speed probe, each gated metric's spread between the sessions the
-        results history holds on a machine like it (none: the stored tolerance alone judges)."""
+        results history holds on a machine like it (none: those stored with the baseline, if any, judge)."""
         self.plan = plan
         self.spreads = spreads or (lambda machine: {})
         self.settings = settings
@@ -173,7 +173,7 @@ class Gate:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
             then, now = baseline.provenance.get("measured", {}), measurement.medians()
             turns = machine_drop.turns_taken(then, now) if weighs else None
-            spreads = self.spreads(now.get(metrics.CALIBRATION_PROBE))
+            spreads = self.session_spreads(baseline, now.get(metrics.CALIBRATION_PROBE))
             more = undecided({v.outcome for v in verdicts}) or (
                 plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(verdicts, turns, known=spreads))
             if not more or not self.may_measure_more(measurement, cap):
@@ -230,6 +230,14 @@ class Gate:
                 f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(unproven)}{planted}\n{details}\n"
                 f"{self.what_settles_it()}"))
         return result
+
+    def session_spreads(self, baseline: baselines.Baseline, machine: float | None) -> dict[str, SessionSpread]:
+        """Each gated metric's spread between unchanged sessions on a machine like this one (given its probe,
+        ``machine``): from the results history where it holds enough of them, else from the sessions stored with the
+        baseline (none under --perf-calibrate: they hold values as measured)."""
+        kept = {} if self.settings.calibrate else session_spread.stored(baseline.sessions, list(baseline.metrics),
+                                                                         machine, self.reference.where)
+        return {**kept, **self.spreads(machine)}
 
     def what_settles_it(self) -> str:
         """The advice for a slowdown the runs allowed could not tell from noise."""

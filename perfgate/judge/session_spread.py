@@ -7,6 +7,8 @@ hardware class: their median says where an unchanged session lands against the b
 strays. A regression the gate would call inside that spread is left unresolved, never a FAIL; a session worse than
 their median beyond the spread fails even where the baseline, outrun by the machine since, would pass it; a pass
 says how large a slowdown the machine lets a stored baseline catch, and the A/B command that catches a smaller one.
+Where the history holds too few such sessions (a fresh clone, a CI job without a shared database), the sessions
+stored with the baseline (``perfgate store-sessions``) stand in for it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from perfgate.judge.baselines import StoredSession
 from perfgate.measure import stats
 
 FALSE_ALARM_Z = 1.645
@@ -30,6 +33,9 @@ MAX_SESSIONS = 30
 """The newest sessions only: a machine's spread changes as its neighbours do."""
 CENTRE_VARIANCE = math.pi / 2
 """The variance of a median of n normal values, in units of sigma^2 / n: the centre's own uncertainty."""
+LIKE_MACHINE = 0.25
+"""How far a session's probe may read from this one's for its values to count: wide enough for the sessions of one
+condition, narrow enough to keep a quiet hour's apart from a loaded one's (docs/measurements.md)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,26 @@ class SessionSpread:
     def sessions_catch(self, tolerance: float) -> float:
         """The slowdown that takes this metric past its ``confirming`` margin 9 sessions in 10."""
         return self.confirming(tolerance) + CATCH_Z * self.width
+
+
+def like(probe: float | None, machine: float) -> bool:
+    """Whether a session whose probe read ``probe`` ran on a machine like this one (``machine``)."""
+    return probe is not None and abs(probe / machine - 1.0) <= LIKE_MACHINE
+
+
+def stored(sessions: Sequence[StoredSession], metrics: Sequence[str], machine: float | None, where: object
+           ) -> dict[str, SessionSpread]:
+    """Each metric's spread between the ``sessions`` stored with the baseline at ``where`` that ran on a machine
+    like this one (given its probe, ``machine``)."""
+    kept = [session for session in sessions if machine is None or like(session.probe, machine)]
+    found = {}
+    for metric in metrics:
+        values = [session.medians[metric] for session in kept if metric in session.medians]
+        dates = sorted(session.recorded_at[:16] for session in kept if metric in session.medians)
+        spread = dates and SessionSpread.of(metric, values, f"{where}, stored, {dates[0]} to {dates[-1]}")
+        if spread:
+            found[metric] = spread
+    return found
 
 
 def worsening(change: float, better: str) -> float:

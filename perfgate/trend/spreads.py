@@ -14,7 +14,7 @@ import warnings
 from typing import Sequence
 
 from perfgate.judge.gate import SessionSpreadWarning
-from perfgate.judge.session_spread import MIN_SESSIONS, SessionSpread
+from perfgate.judge.session_spread import MIN_SESSIONS, SessionSpread, like
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.trend.analysis import series
 from perfgate.trend.database import DatabaseError, NoDatabase, Point, ResultsDatabase
@@ -24,9 +24,6 @@ PLANT = "planted_fraction"
 ACCEPTED = ("pass", "stale")
 """The outcomes of the values counted: those the gate let through. A regression that stays, FAILing or left
 unresolved session after session, must not become the sessions' median and pass."""
-LIKE_MACHINE = 0.25
-"""How far a session's probe may read from this one's for its values to count: wide enough for the sessions of one
-condition, narrow enough to keep a quiet hour's apart from a loaded one's (docs/measurements.md)."""
 
 
 class SessionHistory:
@@ -96,8 +93,3 @@ def since_the_change(values: Sequence[float], starts: Sequence[int]) -> tuple[li
     told = "" if start == newest else (f", across a change point {len(values) - newest} session(s) ago (too few "
                                        "sessions since it to tell its spread alone)")
     return list(values[start:]), told
-
-
-def like(probe: float | None, machine: float) -> bool:
-    """Whether a session whose probe read ``probe`` ran on a machine like this one (``machine``)."""
-    return probe is not None and abs(probe / machine - 1.0) <= LIKE_MACHINE
