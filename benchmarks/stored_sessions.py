@@ -1,0 +1,98 @@
+"""How would a clone with no results history have judged each session, had the case's other sessions been stored
+with its baseline (``perfgate store-sessions``)?
+
+    python benchmarks/stored_sessions.py --history results/history.db --baseline-dir baselines
+
+Reads every stored-baseline session of each case that the history holds (``make perf`` sessions, say, hours apart,
+some with ``--perf-inject-slowdown``) and decides each again by the gate's rules from what it recorded: its runs'
+verdicts against the baseline alone, its machine-speed probe, and the spread of the case's *other* unchanged
+sessions on a machine like it (leave one out), as ``perfgate store-sessions`` would have stored them. Prints, per
+case, how many unchanged sessions FAILed as recorded and as decided so, how many planted ones FAILed, and the
+smallest slowdown the gate said a stored baseline catches there. A session's runs are those it recorded: a rule
+that would have asked for more runs cannot be replayed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+from detection_power import RecordedVerdict, recorded_alone  # noqa: E402
+
+from perfgate.judge import baselines, machine_drop, session_spread  # noqa: E402
+from perfgate.judge.gate import machine_rules  # noqa: E402
+from perfgate.judge.session_spread import SessionSpread  # noqa: E402
+from perfgate.measure.metrics import CALIBRATION_PROBE  # noqa: E402
+from perfgate.result import Result  # noqa: E402
+from perfgate.trend.database import ResultsDatabase  # noqa: E402
+
+
+def sessions_of(url: str) -> dict[tuple[str, str], list[Result]]:
+    """Each case's stored-baseline sessions (not A/B), oldest first, by case and hardware class."""
+    database = ResultsDatabase(url, create=False)
+    try:
+        records = database.records()
+    finally:
+        database.close()
+    found = defaultdict(list)
+    for _, result in sorted(records.items()):
+        if result.reference is None and result.metrics and all("against_baseline" in row for row in result.metrics):
+            found[result.case, result.hardware_class].append(result)
+    return found
+
+
+def decided(result: Result, others: list[Result], measured: dict) -> tuple[str, list[dict]]:
+    """The session's outcome with the spread of ``others`` (unchanged sessions) on a machine like it."""
+    rows, now = result.metrics, result.measured
+    probe = now.get(CALIBRATION_PROBE)
+    like = [other for other in others if probe is None or session_spread.like(other.measured.get(CALIBRATION_PROBE),
+                                                                              probe)]
+    spreads = {}
+    for row in rows:
+        values = [other.measured[row["metric"]] for other in like if other.measured.get(row["metric"])]
+        spread = SessionSpread.of(row["metric"], values, "the other sessions")
+        if spread is not None:
+            spreads[row["metric"]] = spread
+    raw = [row.get("against_baseline") or recorded_alone(row["verdict"]) for row in rows]
+    verdicts = [RecordedVerdict.of(row, alone) for row, alone in zip(rows, raw)]
+    outcomes, spread_rows, _ = machine_rules(spreads, verdicts, raw, machine_drop.probe_drop(measured, now, "wall"),
+                                             machine_drop.probe_drop(measured, now, "cpu"),
+                                             machine_drop.turns_taken(measured, now), cpu_flavour=True)
+    outcome = "FAIL" if "FAIL" in outcomes else "unresolved" if "unresolved" in outcomes else "pass"
+    return outcome, spread_rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--history", default="results/history.db", help="the results database (make perf's)")
+    parser.add_argument("--baseline-dir", type=Path, default=REPO / "baselines")
+    args = parser.parse_args()
+    print("| case | unchanged sessions | FAIL as recorded | FAIL with the others stored | unresolved | planted "
+          "(size): FAIL as recorded / with the others stored | catches (median, unchanged sessions) |")
+    print("|---|---|---|---|---|---|---|")
+    for (case, hardware_class), results in sorted(sessions_of(args.history).items()):
+        baseline = baselines.load(args.baseline_dir / hardware_class / f"{case}.json")
+        if baseline is None:
+            continue
+        measured = baseline.provenance.get("measured", {})
+        unchanged = [r for r in results if not r.injected_slowdown]
+        planted = [r for r in results if r.injected_slowdown]
+        again = [decided(r, [o for o in unchanged if o is not r], measured) for r in unchanged]
+        caught = [decided(r, unchanged, measured)[0] for r in planted]
+        sizes = ", ".join(f"{size:.0%}" for size in sorted({r.injected_slowdown for r in planted}))
+        catches = [min(row["catchable"] for row in rows) for _, rows in again if rows]
+        print(f"| {case} | {len(unchanged)} | {sum(r.verdict == 'FAIL' for r in unchanged)} | "
+              f"{sum(outcome == 'FAIL' for outcome, _ in again)} | {sum(outcome == 'unresolved' for outcome, _ in again)}"
+              f" | ({sizes or '-'}): {sum(r.verdict == 'FAIL' for r in planted)} / {caught.count('FAIL')} of "
+              f"{len(planted)} | {f'{statistics.median(catches):.1%}' if catches else '-'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
