@@ -5,8 +5,8 @@ with its baseline (``perfgate store-sessions``)?
 
 Reads every stored-baseline session of each case that the history holds (``make perf`` sessions, say, hours apart,
 some with ``--perf-inject-slowdown``) and decides each again by the gate's rules from what it recorded: its runs'
-verdicts against the baseline alone, its machine-speed probe, and the spread of the case's *other* unchanged
-sessions on a machine like it (leave one out), as ``perfgate store-sessions`` would have stored them. Prints, per
+verdicts against the baseline alone, its machine-speed probe, and the case's *other* unchanged sessions (leave one
+out) as ``perfgate store-sessions`` would have stored them (judge.session_spread.stored, with its machine filter). Prints, per
 case, how many unchanged sessions FAILed as recorded and as decided so, how many planted ones FAILed, and the
 smallest slowdown the gate said a stored baseline catches there. A session's runs are those it recorded: a rule
 that would have asked for more runs cannot be replayed.
@@ -27,14 +27,14 @@ from detection_power import RecordedVerdict, recorded_alone  # noqa: E402
 
 from perfgate.judge import baselines, machine_drop, session_spread  # noqa: E402
 from perfgate.judge.gate import machine_rules  # noqa: E402
-from perfgate.judge.session_spread import SessionSpread  # noqa: E402
+from perfgate.judge.baselines import StoredSession  # noqa: E402
 from perfgate.measure.metrics import CALIBRATION_PROBE  # noqa: E402
-from perfgate.result import Result  # noqa: E402
+from perfgate.result import FAILURES, Result  # noqa: E402
 from perfgate.trend.database import ResultsDatabase  # noqa: E402
 
 
 def sessions_of(url: str) -> dict[tuple[str, str], list[Result]]:
-    """Each case's stored-baseline sessions (not A/B), oldest first, by case and hardware class."""
+    """Each case's judged stored-baseline sessions (not A/B, no failed launch), oldest first, by case and class."""
     database = ResultsDatabase(url, create=False)
     try:
         records = database.records()
@@ -42,23 +42,24 @@ def sessions_of(url: str) -> dict[tuple[str, str], list[Result]]:
         database.close()
     found = defaultdict(list)
     for _, result in sorted(records.items()):
-        if result.reference is None and result.metrics and all("against_baseline" in row for row in result.metrics):
+        if (result.reference is None and result.verdict not in FAILURES and result.metrics
+                and all("against_baseline" in row for row in result.metrics)):
             found[result.case, result.hardware_class].append(result)
     return found
 
 
+def as_stored(order: int, result: Result) -> StoredSession:
+    """A session as ``perfgate store-sessions`` keeps it: its gated medians and probe (in history order)."""
+    return StoredSession(f"{order:06}", {row["metric"]: result.measured[row["metric"]] for row in result.metrics
+                                         if result.measured.get(row["metric"])},
+                         result.measured.get(CALIBRATION_PROBE))
+
+
 def decided(result: Result, others: list[Result], measured: dict) -> tuple[str, list[dict]]:
-    """The session's outcome with the spread of ``others`` (unchanged sessions) on a machine like it."""
+    """The session's outcome with ``others`` (unchanged sessions) stored with the baseline."""
     rows, now = result.metrics, result.measured
-    probe = now.get(CALIBRATION_PROBE)
-    like = [other for other in others if probe is None or session_spread.like(other.measured.get(CALIBRATION_PROBE),
-                                                                              probe)]
-    spreads = {}
-    for row in rows:
-        values = [other.measured[row["metric"]] for other in like if other.measured.get(row["metric"])]
-        spread = SessionSpread.of(row["metric"], values, "the other sessions")
-        if spread is not None:
-            spreads[row["metric"]] = spread
+    spreads = session_spread.stored([as_stored(order, other) for order, other in enumerate(others)],
+                                    [row["metric"] for row in rows], now.get(CALIBRATION_PROBE), "the other sessions")
     raw = [row.get("against_baseline") or recorded_alone(row["verdict"]) for row in rows]
     verdicts = [RecordedVerdict.of(row, alone) for row, alone in zip(rows, raw)]
     outcomes, spread_rows, _ = machine_rules(spreads, verdicts, raw, machine_drop.probe_drop(measured, now, "wall"),
@@ -81,6 +82,7 @@ def main() -> int:
         if baseline is None:
             continue
         measured = baseline.provenance.get("measured", {})
+        results = [r for r in results if r.workload_version == baseline.workload_version]
         unchanged = [r for r in results if not r.injected_slowdown]
         planted = [r for r in results if r.injected_slowdown]
         again = [decided(r, [o for o in unchanged if o is not r], measured) for r in unchanged]

@@ -184,11 +184,11 @@ def test_junit_properties_carry_verdict_change_and_tolerance(results):
     assert properties["perfgate.samples_per_second"].endswith("samples/s")
 
 
-def commit_baseline(repo, value, message):
+def commit_baseline(repo, value, message, **fields):
     path = repo / "baselines" / "cpu-test-2c-n1" / "x-fp32-cpu.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"schema": 1, "case": "x-fp32-cpu", "hardware_class": "cpu-test-2c-n1",
-                                "workload_version": "1", "provenance": {},
+                                "workload_version": "1", "provenance": {}, **fields,
                                 "metrics": {"samples_per_second": {"value": value, "better": "higher",
                                                                    "tolerance": 0.05, "unit": "samples/s"}}}))
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
@@ -196,10 +196,13 @@ def commit_baseline(repo, value, message):
                    check=True)
 
 
-def test_the_baseline_log_lists_each_committed_value_with_its_change_and_draws_it(tmp_path, capsys):
+def test_the_baseline_log_lists_each_changed_value_with_its_change_and_draws_it(tmp_path, capsys):
+    """A commit that left the value and tolerance as they were (perfgate store-sessions) adds no row."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     commit_baseline(tmp_path, 100.0, "first baseline")
     commit_baseline(tmp_path, 110.0, "faster loader")
+    commit_baseline(tmp_path, 110.0, "stored sessions", sessions=[
+        {"recorded_at": "2026-11-29T14:00:00+00:00", "medians": {"samples_per_second": 108.0}}])
     (tmp_path / "README").write_text("unrelated")
     subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
     commit_baseline(tmp_path, 99.0, "re-measured")
@@ -213,7 +216,7 @@ def test_the_baseline_log_lists_each_committed_value_with_its_change_and_draws_i
     pixels = imread(tmp_path / "h.png")
     assert pixels[..., :3].std() > 0.05
     assert [p.subject for p in baseline_log.points(tmp_path / "baselines", ["x-fp32-cpu"])] == [
-        "first baseline", "faster loader", "re-measured"]
+        "first baseline", "faster loader", "stored sessions", "re-measured"]
 
 
 def test_the_baseline_log_says_what_is_wrong_also_under_its_old_name(tmp_path, capsys):

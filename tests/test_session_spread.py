@@ -119,10 +119,10 @@ def test_a_metric_without_a_spread_keeps_its_outcome_and_has_no_row():
     assert session_spread.judge({}, [Verdict(-0.09)], ["FAIL"]) == (["FAIL"], [])
 
 
-def store(plan, sessions=()):
+def store(plan, sessions=(), **provenance):
     baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", {
         METRIC: MetricBaseline(100.0, "higher", 0.05, "samples/s", (98.0, 99.0, 100.0, 101.0, 102.0))},
-        provenance={}, workload_version="1", sessions=tuple(sessions)))
+        provenance=provenance, workload_version="1", sessions=tuple(sessions)))
 
 
 def sessions(values, probe=100.0):
@@ -131,7 +131,7 @@ def sessions(values, probe=100.0):
             for hour, value in enumerate(values)]
 
 
-SPREAD_6 = [94.0, 96.0, 100.0, 104.0, 106.0, 94.0, 96.0, 100.0, 104.0, 106.0]
+SPREAD = [94.0, 96.0, 100.0, 104.0, 106.0, 94.0, 96.0, 100.0, 104.0, 106.0]
 """Ten unchanged sessions whose robust spread is 5.9 %."""
 
 
@@ -183,7 +183,7 @@ def test_a_regression_beyond_the_spread_fails_and_its_message_gives_the_spread(t
     with pytest.raises(CaseFailed) as failed:
         gate(plan, [70.0, 70.5, 71.0], {METRIC: spread()}).check()
     assert "performance regression" in str(failed.value)
-    assert "+29.5% worse than the sessions the history holds; those read +0.0% against the baseline" in \
+    assert "+29.5% worse than the unchanged sessions; those read +0.0% against the baseline" in \
         str(failed.value)
 
 
@@ -221,12 +221,12 @@ def test_a_clone_with_no_history_judges_by_the_sessions_stored_with_the_baseline
     """A fresh clone on issue 47's VM had no history, and the drift between sessions FAILed 1 to 4 unchanged cases
     of 7 in each quiet `make perf`: the sessions stored with the baseline tell it what the history would."""
     plan = make_plan(tmp_path)
-    store(plan, sessions(SPREAD_6))
+    store(plan, sessions(SPREAD))
     with pytest.warns(SessionSpreadWarning) as warned:
         result = gate(plan, [90.0, 90.5, 91.0], {}, probe=101.0).check()
     assert result.verdict == "unresolved" and result.session_spread[0]["sessions"] == 10
     message = str(warned[0].message)
-    assert f"spread 5.9% (10 sessions in {plan.baseline_file}, stored, 2026-11-29T10:00 to 2026-11-29T19:00)" in message
+    assert f"spread 5.9% (10 sessions in {plan.baseline_file}, stored, 2026-11-29T10:00 to 2026-11-29T19:00 UTC)" in message
     assert "a stored baseline catches a slowdown of" in message and "--perf-against REF" in message
     with pytest.raises(CaseFailed, match="performance regression"):
         gate(plan, [70.0, 70.5, 71.0], {}, probe=101.0).check()
@@ -236,11 +236,18 @@ def test_stored_sessions_count_only_on_a_machine_like_theirs_and_the_history_com
     """Sessions stored on a quiet machine (probe 100) say nothing of a loaded one (probe 55); a history that knows
     the spread between this machine's sessions is newer than the stored ones and judges instead."""
     plan = make_plan(tmp_path)
-    store(plan, sessions(SPREAD_6))
+    store(plan, sessions(SPREAD))
     with pytest.raises(CaseFailed, match="performance regression"):
         gate(plan, [90.0, 90.5, 91.0], {}, probe=55.0).check()
     with pytest.raises(CaseFailed, match=r"\(10 sessions in results/history.db\)"):
         gate(plan, [90.0, 90.5, 91.0], {METRIC: spread(relative=0.005)}, probe=101.0).check()
-    store(plan, sessions(SPREAD_6[:MIN_SESSIONS - 1]))
+    store(plan, sessions(SPREAD[:MIN_SESSIONS - 1]))
     with pytest.raises(CaseFailed, match="performance regression"):
         gate(plan, [90.0, 90.5, 91.0], {}, probe=101.0).check()
+
+
+def test_calibrated_values_are_not_judged_by_the_sessions_stored_as_measured(tmp_path):
+    plan = make_plan(tmp_path)
+    store(plan, sessions(SPREAD), measured={"probe_matmul_gflops": 100.0})
+    with pytest.raises(CaseFailed, match="performance regression"):
+        gate(plan, [90.0, 90.5, 91.0], {}, probe=100.0, calibrate=True).check()

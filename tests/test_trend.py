@@ -336,21 +336,30 @@ def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_f
     for value in (97.0, 103.0, 99.0, 101.0, 100.0, 96.0):
         database.record([result(value=value, probe=80.0), result(case="d-cpu", value=value)], CONTEXT)
     database.record([result(value=88.0, verdict="FAIL", probe=78.0), planted, paired,
-                     result(value=20.0, workload_version="2")], CONTEXT)
+                     result(value=20.0, workload_version="2"), result(value=30.0, verdict="crashed")], CONTEXT)
     database.close()
     assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
     stored = baselines.load(path).sessions
     assert [session.medians[metric] for session in stored] == [97.0, 103.0, 99.0, 101.0, 100.0, 96.0, 88.0]
     assert {(session.probe, session.commit) for session in stored} == {(80.0, "abc"), (78.0, "abc")}
+    assert all(session.recorded_at.endswith("+00:00") for session in stored)
     shown = capsys.readouterr().out
-    assert f"{path}: 7 session(s) stored (7 from {url})" in shown
+    assert f"{path}: 7 session(s) stored, 7 of them new from {url}" in shown
+    assert re.search(r"c-cpu +hw +\S+ \S+ +abc +FAIL +fastest_step_samples_per_second +88 +-12\.0%", shown), shown
     assert re.search(r"c-cpu +hw +fastest_step_samples_per_second +7 +-1\.0% +3\.0% +5\.0% +6\.5% +9\.7%", shown), shown
     assert not (baseline_dir / "hw" / "d-cpu.json").exists()
     assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
-    assert baselines.load(path).sessions == stored
+    assert baselines.load(path).sessions == stored and "7 session(s) stored, 0 of them new" in capsys.readouterr().out
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).astimezone(
+        datetime.timezone(datetime.timedelta(hours=2)))
+    assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir), "--since", later.isoformat()]) == 2
+    assert f"holds no judged session of a case with a baseline in {baseline_dir} since {later.isoformat()}" in \
+        capsys.readouterr().err
     assert store_sessions(["--history", str(tmp_path / "none.db"), "--baseline-dir", str(baseline_dir)]) == 2
-    assert store_sessions(["--history", url, "--baseline-dir", str(tmp_path / "empty")]) == 2
-    assert "no results database at" in capsys.readouterr().err.splitlines()[0]
+    assert "no results database at" in capsys.readouterr().err
+    baselines.write(path, dataclasses.replace(baselines.load(path), provenance={}))
+    assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 2
+    assert "c-cpu.json: no date of measurement to count sessions from" in capsys.readouterr().err
 
 
 def test_a_change_point_too_new_to_tell_a_spread_after_it_is_reached_across_not_left_to_the_stored_tolerance(tmp_path):
@@ -394,15 +403,15 @@ def test_the_spread_counts_a_metric_where_it_passed_in_sessions_on_a_machine_lik
     assert learned(None)[1] == 10
 
 
-def test_a_history_that_cannot_be_read_is_a_warning_and_the_stored_tolerance_alone_judges(tmp_path):
+def test_a_history_that_cannot_be_read_is_a_warning_and_the_baseline_alone_judges(tmp_path):
     from perfgate.judge.gate import SessionSpreadWarning
     from perfgate.trend.spreads import SessionHistory
 
     broken = tmp_path / "history.db"
     broken.write_text("not a database")
     history = SessionHistory(str(broken), None, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])
-    with pytest.warns(SessionSpreadWarning, match="c-cpu: the spread between sessions was not read .*the stored "
-                                                  "tolerance alone judges"):
+    with pytest.warns(SessionSpreadWarning, match="c-cpu: the spread between sessions was not read .*the sessions "
+                                                  "stored with the baseline, or else its tolerance alone, judge"):
         assert history(100.0) == {}
 
 
@@ -482,8 +491,7 @@ def test_a_stored_baseline_is_judged_with_the_spread_of_the_sessions_the_history
                                  "*--perf-against REF (a CPU flavour on the local launcher measures both sides at "
                                  "once*"])
     assert result_of(repo, "sleep")["verdict"] == "unresolved"
-    assert store_sessions(["--history", str(repo.path / "history.db"), "--baseline-dir", str(repo.path / "b"),
-                           "--since", stored.provenance["date"]]) == 0
+    assert store_sessions(["--history", str(repo.path / "history.db"), "--baseline-dir", str(repo.path / "b")]) == 0
     clone = repo.runpytest_subprocess(*judged[:-1], timeout=300)
     clone.assert_outcomes(passed=1)
     clone.stdout.fnmatch_lines(["*SessionSpreadWarning: sleeper-sleep-cpu: unresolved on hw*",
@@ -492,7 +500,7 @@ def test_a_stored_baseline_is_judged_with_the_spread_of_the_sessions_the_history
     slower = repo.runpytest_subprocess(*judged, timeout=300)
     slower.assert_outcomes(failed=1)
     slower.stdout.fnmatch_lines(["*performance regression on hw*",
-                                 "*worse than the sessions the history holds; those read *% against the baseline*"])
+                                 "*worse than the unchanged sessions; those read *% against the baseline*"])
 
 
 @pytest.mark.launches

@@ -12,6 +12,7 @@ update only ever sees the old or the new file. A file that cannot be read is an 
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -131,7 +132,8 @@ def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
     return value
 
 
-def positive(value: Any) -> bool:
+def _positive(value: Any) -> bool:
+    """A finite number above zero, not a bool (JSON's true would pass as 1)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
@@ -145,14 +147,19 @@ def parse_sessions(raw: Any, where: str) -> tuple[StoredSession, ...]:
         if not isinstance(one, dict):
             raise BaselineError(f"{here} must be an object")
         medians = _field(one, "medians", dict, here)
-        if not all(positive(value) for value in medians.values()):
+        if not all(_positive(value) for value in medians.values()):
             raise BaselineError(f"{here}: 'medians' must map metrics to positive numbers")
         probe, commit = one.get("probe"), one.get("commit")
-        if probe is not None and not positive(probe):
+        if probe is not None and not _positive(probe):
             raise BaselineError(f"{here}: 'probe' must be a positive number or null")
         if commit is not None and not isinstance(commit, str):
             raise BaselineError(f"{here}: 'commit' must be a string or null")
-        sessions.append(StoredSession(_field(one, "recorded_at", str, here),
+        recorded_at = _field(one, "recorded_at", str, here)
+        try:
+            datetime.datetime.fromisoformat(recorded_at)
+        except ValueError:
+            raise BaselineError(f"{here}: 'recorded_at' must be an ISO 8601 time, got {recorded_at!r}") from None
+        sessions.append(StoredSession(recorded_at,
                                       {name: float(value) for name, value in medians.items()},
                                       None if probe is None else float(probe), commit))
     return tuple(sessions)
@@ -179,7 +186,7 @@ def parse(obj: Any, where: str) -> Baseline:
         if not 0 <= tolerance < 1:
             raise BaselineError(f"{here}: tolerance must be a fraction in [0, 1), got {tolerance}")
         runs = raw.get("runs", [])
-        if not isinstance(runs, list) or not all(positive(v) for v in runs):
+        if not isinstance(runs, list) or not all(_positive(v) for v in runs):
             raise BaselineError(f"{here}: 'runs' must be a list of positive numbers")
         metrics[name] = MetricBaseline(value, better, tolerance, str(raw.get("unit", "")), tuple(map(float, runs)))
     if not metrics:

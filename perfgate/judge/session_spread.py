@@ -28,7 +28,7 @@ CONFIRM_Z = 2.326
 """A session this many spreads worse than the sessions' median happens to 1 unchanged session in 100: enough to FAIL
 a session that the stored baseline would pass."""
 MIN_SESSIONS = 5
-"""Fewer sessions than this say too little about the spread: the stored tolerance alone judges."""
+"""Fewer sessions than this say too little about the spread: the stored tolerance alone judges that metric."""
 MAX_SESSIONS = 30
 """The newest sessions only: a machine's spread changes as its neighbours do."""
 CENTRE_VARIANCE = math.pi / 2
@@ -104,11 +104,12 @@ def stored(sessions: Sequence[StoredSession], metrics: Sequence[str], machine: f
     kept = [session for session in sessions if machine is None or like(session.probe, machine)]
     found = {}
     for metric in metrics:
-        values = [session.medians[metric] for session in kept if metric in session.medians]
-        dates = sorted(session.recorded_at[:16] for session in kept if metric in session.medians)
-        spread = dates and SessionSpread.of(metric, values, f"{where}, stored, {dates[0]} to {dates[-1]}")
-        if spread:
-            found[metric] = spread
+        having = [session for session in kept if metric in session.medians][-MAX_SESSIONS:]
+        if len(having) < MIN_SESSIONS:
+            continue
+        span = f"{having[0].recorded_at[:16]} to {having[-1].recorded_at[:16]} UTC"
+        found[metric] = SessionSpread.of(metric, [session.medians[metric] for session in having],
+                                         f"{where}, stored, {span}")
     return found
 
 
@@ -161,7 +162,7 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
 
 def describe(row: Mapping[str, Any]) -> str:
     """One metric's standing against its session spread, for a verdict's message."""
-    return (f"{row['metric']}: {row['against_sessions']:+.1%} worse than the sessions the history holds; those read "
+    return (f"{row['metric']}: {row['against_sessions']:+.1%} worse than the unchanged sessions; those read "
             f"{row['unchanged_change']:+.1%} against the baseline, "
             f"spread {row['session_spread']:.1%} ({row['sessions']} sessions in {row['history']}), so a change "
             f"counts only beyond {row['least_tolerance']:.1%} against the baseline (one unchanged session in 20 strays "

@@ -76,16 +76,19 @@ def _file_points(root: Path, commit: str, date: str, subject: str, name: str) ->
 
 
 def table_rows(found: Sequence[LoggedValue]) -> list[list[str]]:
-    """One row per committed value, grouped by case, class and metric, with the change from the one before."""
+    """One row per committed value, grouped by case, class and metric, with the change from the one before; a commit
+    that left the value and tolerance as they were (one that stored sessions beside them) adds no row."""
     rows = []
     for series in sorted({p.series for p in found}):
         previous = None
         for point in (p for p in found if p.series == series):
-            change = "-" if previous is None else f"{point.value / previous - 1:+.1%}"
+            if previous is not None and (point.value, point.tolerance) == (previous.value, previous.tolerance):
+                continue
+            change = "-" if previous is None else f"{point.value / previous.value - 1:+.1%}"
             rows.append([point.case, point.hardware_class, point.metric, point.date[:16].replace("T", " "), point.commit[:12],
                          f"{point.value:,.4g} {point.unit}".strip(), change, f"{point.tolerance:.1%}",
                          point.subject[:50]])
-            previous = point.value
+            previous = point
     return rows
 
 

@@ -1,13 +1,16 @@
 """``perfgate store-sessions``: each case's unchanged sessions from the results history, kept in its baseline file.
 
-A gate judges a stored baseline with the spread between sessions that the results history holds (judge/session_spread.py).
-A fresh clone, or a CI job with no shared database, has no history, and there a shared runner's drift between sessions
-reads as a regression. Stored with the baseline and reviewed with it, the sessions' medians travel with the clone.
+The gate judges a stored baseline with the spread between sessions that the results history holds
+(judge/session_spread.py). A fresh clone, or a CI job with no shared database, has none, and there a shared runner's
+drift between sessions reads as a regression. Stored with the baseline and reviewed with it, the sessions travel with
+the clone.
 
-The sessions kept are the case's on its baseline's hardware class and workload version since the baseline was measured
-(or ``--since``), without a planted slowdown and not measured beside an A/B reference, whatever their verdict: run it over
-sessions of the code the baseline measured, whose every move was the machine's. A FAIL among them is the drift that the
-gate could not tell from a regression, and the table printed shows each case's sessions against its baseline for review.
+Kept: the case's sessions on its baseline's hardware class and workload version since the baseline was measured (or
+``--since``), on ``--branch`` where given, without a planted slowdown, not measured beside an A/B reference, and
+judged (a launch that failed has no whole medians), whatever the verdict. Unlike the history's own rule, which counts
+only what passed, a FAIL is kept: on a shared runner it is the drift that a gate with no history took for a
+regression, which is what the spread has to hold. So the sessions must be of the code the baseline measured; the
+table printed lists each one against the baseline, so that a step in them (a regression that landed) shows in review.
 """
 
 from __future__ import annotations
@@ -25,12 +28,18 @@ from perfgate.judge.baselines import Baseline, StoredSession
 from perfgate.judge.session_spread import MAX_SESSIONS, SessionSpread
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.report.terminal import table
+from perfgate.result import FAILURES
 from perfgate.trend.command import DEFAULT_HISTORY
 from perfgate.trend.database import DatabaseError, Point, ResultsDatabase
 from perfgate.trend.spreads import PLANT
 
-HEADER = ("case", "hardware class", "metric", "sessions", "unchanged vs baseline", "spread", "tolerance",
-          "least tolerance", "catches")
+SESSION_HEADER = ("case", "hardware class", "recorded (UTC)", "commit", "verdict", "metric", "value", "vs baseline")
+SPREAD_HEADER = ("case", "hardware class", "metric", "sessions", "unchanged vs baseline", "spread", "tolerance",
+                 "least tolerance", "catches")
+
+
+class NothingToStore(Exception):
+    """No session of a case with a baseline to keep: the message says what to run first."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,25 +47,28 @@ def build_parser() -> argparse.ArgumentParser:
         prog="perfgate store-sessions",
         description="Keep each case's unchanged sessions from the results history (their medians and machine-speed "
         "probe) in its baseline file, so that a clone with no history judges the stored baseline with how far the "
-        "case moves between sessions on that hardware class. Run it over sessions of the code the baseline measured; "
-        "review the files (git diff) and commit them. --update-baselines drops them again.")
+        "case moves between sessions on that hardware class. Every judged session counts, a FAIL too: run it over "
+        "sessions of the code the baseline measured, review the sessions it lists and the files (git diff), and "
+        "commit them. --update-baselines drops them again.")
     parser.add_argument("cases", nargs="*", metavar="CASE", help="case ids or globs (default: every case)")
     parser.add_argument("--history", default=DEFAULT_HISTORY, metavar="URL",
                         help=f"the results database: a SQLite path or postgresql://USER@HOST/DB (default: "
                         f"{DEFAULT_HISTORY}, as --perf-history writes)")
     parser.add_argument("--baseline-dir", type=Path, default=Path("baselines"), help="default: ./baselines")
     parser.add_argument("--hardware-class", help="only this hardware class")
+    parser.add_argument("--branch", help="only sessions on this branch (as --perf-history-branch reads them)")
     parser.add_argument("--since", type=datetime.datetime.fromisoformat, metavar="YYYY-MM-DD[THH:MM]",
-                        help="only sessions recorded since then, UTC (default: since each baseline was measured)")
+                        help="only sessions recorded since then, UTC where no zone is given (default: since each "
+                        "baseline was measured)")
     return parser
 
 
 def main(argv: list[str]) -> int:
-    """Exit 0 (files written), or 2 (no usable database, no baseline to keep sessions in, a baseline unreadable)."""
+    """Exit 0 (files written), or 2 (no usable database, nothing to store, a baseline unreadable)."""
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except (DatabaseError, baselines.BaselineError) as exc:
+    except (DatabaseError, baselines.BaselineError, NothingToStore) as exc:
         print(f"perfgate: error: {exc}", file=sys.stderr)
         return 2
 
@@ -64,46 +76,59 @@ def main(argv: list[str]) -> int:
 def run(args: argparse.Namespace) -> int:
     database = ResultsDatabase(args.history, create=False)
     try:
-        points = database.points(args.cases, args.hardware_class)
         groups = defaultdict(list)
-        for point in points:
+        for point in database.points(args.cases, args.hardware_class, branch=args.branch):
             groups[point.case, point.hardware_class].append(point)
         paired = {key: database.compared_with_a_reference(*key) for key in groups}
     finally:
         database.close()
-    rows, written = [], 0
+    session_rows, spread_rows = [], []
     for (case, hardware_class), found in sorted(groups.items()):
         path = args.baseline_dir / hardware_class / f"{case}.json"
         baseline = baselines.load(path)
         if baseline is None:
             continue
-        sessions = unchanged_sessions(found, baseline, paired[case, hardware_class], since(args.since, baseline))
+        sessions = unchanged_sessions(found, baseline, paired[case, hardware_class], since(args.since, baseline, path))
         if not sessions:
             continue
-        kept = merged(baseline.sessions, sessions)
+        kept = merged(baseline.sessions, [session for session, _ in sessions])
         baselines.write(path, dataclasses.replace(baseline, sessions=kept))
-        written += 1
-        print(f"perfgate store-sessions: {path}: {len(kept)} session(s) stored ({len(sessions)} from "
-              f"{database.shown})")
-        rows += spread_rows(baseline, kept)
-    if not written:
-        raise DatabaseError(f"no sessions in {database.shown} of a case with a baseline in {args.baseline_dir} since "
-                            "it was measured: run the suite with --perf-history first")
-    print("\n".join(table(rows, HEADER)))
+        before = {identity(session) for session in baseline.sessions}
+        print(f"perfgate store-sessions: {path}: {len(kept)} session(s) stored, "
+              f"{sum(identity(session) not in before for session in kept)} of them new from {database.shown}")
+        session_rows += listed(baseline, sessions)
+        spread_rows += spread(baseline, kept)
+    if not spread_rows:
+        raise NothingToStore(f"{database.shown} holds no judged session of a case with a baseline in "
+                             f"{args.baseline_dir}{' since ' + args.since.isoformat() if args.since else ''} (by "
+                             "default, since the baseline was measured): run the suite with --perf-history first")
+    print("\n".join(table(session_rows, SESSION_HEADER)))
+    print("\n".join(table(spread_rows, SPREAD_HEADER)))
     return 0
 
 
-def since(given: datetime.datetime | None, baseline: Baseline) -> datetime.datetime | None:
-    """From when sessions count: ``given`` (UTC where it names no zone), else when the baseline was measured."""
-    when = given or (datetime.datetime.fromisoformat(baseline.provenance["date"])
-                     if baseline.provenance.get("date") else None)
-    return when.replace(tzinfo=datetime.timezone.utc) if when and when.tzinfo is None else when
+def since(given: datetime.datetime | None, baseline: Baseline, path: Path) -> datetime.datetime:
+    """From when sessions count, in UTC: ``given`` (UTC where it names no zone), else when the baseline was
+    measured; a baseline with no readable date needs ``given``."""
+    if given is None:
+        try:
+            given = datetime.datetime.fromisoformat(str(baseline.provenance["date"]).replace("Z", "+00:00"))
+        except (KeyError, ValueError) as exc:
+            raise baselines.BaselineError(f"{path}: no date of measurement to count sessions from ({exc!r} in its "
+                                          "provenance): give --since") from None
+    return utc(given)
 
 
-def unchanged_sessions(points: Sequence[Point], baseline: Baseline, paired: set[int],
-                       start: datetime.datetime | None) -> list[StoredSession]:
-    """One case's sessions that count, oldest first: its baseline's workload version, since ``start``, no plant, no
-    A/B reference beside it (``paired``), with a value of a metric the baseline gates."""
+def utc(when: datetime.datetime) -> datetime.datetime:
+    """``when`` in UTC; a time with no zone is taken as UTC (SQLite keeps none)."""
+    return when.astimezone(datetime.timezone.utc) if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+
+
+def unchanged_sessions(points: Sequence[Point], baseline: Baseline, paired: set[int], start: datetime.datetime
+                       ) -> list[tuple[StoredSession, str]]:
+    """One case's sessions that count, oldest first, each with its verdict: its baseline's workload version, since
+    ``start``, judged, no plant, no A/B reference beside it (``paired``), with a value of a metric the baseline
+    gates."""
     results: dict[int, list[Point]] = defaultdict(list)
     for point in points:
         results[point.result_id].append(point)
@@ -111,34 +136,45 @@ def unchanged_sessions(points: Sequence[Point], baseline: Baseline, paired: set[
     for values in results.values():
         first, by_metric = values[0], {point.metric: point.value for point in values}
         medians = {metric: by_metric[metric] for metric in baseline.metrics if metric in by_metric}
-        recorded = first.recorded_at if first.recorded_at.tzinfo else first.recorded_at.replace(
-            tzinfo=datetime.timezone.utc)
+        recorded = utc(first.recorded_at)
         if (medians and first.workload_version == baseline.workload_version and first.result_id not in paired
-                and not by_metric.get(PLANT) and (start is None or recorded >= start)):
-            sessions.append(StoredSession(recorded.isoformat(), medians,
-                                          by_metric.get(CALIBRATION_PROBE), first.commit))
-    return sorted(sessions, key=lambda session: session.recorded_at)
+                and first.verdict not in FAILURES and not by_metric.get(PLANT) and recorded >= start):
+            sessions.append((StoredSession(recorded.isoformat(), medians, by_metric.get(CALIBRATION_PROBE),
+                                           first.commit), first.verdict))
+    return sorted(sessions, key=lambda pair: pair[0].recorded_at)
+
+
+def identity(session: StoredSession) -> tuple[str, str | None]:
+    return session.recorded_at, session.commit
 
 
 def merged(stored: Sequence[StoredSession], new: Sequence[StoredSession]) -> tuple[StoredSession, ...]:
     """The sessions already stored and the new ones, each once, the newest MAX_SESSIONS (what the gate reads)."""
-    by_time = {(session.recorded_at, session.commit): session for session in (*stored, *new)}
+    by_time = {identity(session): session for session in (*stored, *new)}
     return tuple(sorted(by_time.values(), key=lambda session: session.recorded_at))[-MAX_SESSIONS:]
 
 
-def spread_rows(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[str, ...]]:
-    """What the stored sessions tell the gate, per metric, whatever the machine's probe (every session counted)."""
+def listed(baseline: Baseline, sessions: Sequence[tuple[StoredSession, str]]) -> list[tuple[str, ...]]:
+    """Each new session's gated values against the baseline, for review: a step among them is not drift."""
+    return [(baseline.case, baseline.hardware_class, session.recorded_at[:19].replace("T", " "),
+             (session.commit or "?")[:12], verdict, metric, f"{value:.4g}",
+             f"{value / baseline.metrics[metric].value - 1:+.1%}")
+            for session, verdict in sessions for metric, value in session.medians.items()]
+
+
+def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[str, ...]]:
+    """What the stored sessions tell the gate, per metric, with every session counted whatever its probe."""
     rows = []
     for metric, reference in baseline.metrics.items():
         values = [session.medians[metric] for session in sessions if metric in session.medians]
-        spread = SessionSpread.of(metric, values, "")
-        if spread is None:
+        found = SessionSpread.of(metric, values, "")
+        if found is None:
             rows.append((baseline.case, baseline.hardware_class, metric, str(len(values)), "", "", "", "",
                          "too few sessions to tell"))
             continue
         value, better, tolerance = reference.value, reference.better, reference.tolerance
-        rows.append((baseline.case, baseline.hardware_class, metric, str(spread.sessions),
-                     f"{spread.centre / value - 1:+.1%}", f"{spread.spread:.1%}", f"{tolerance:.1%}",
-                     f"{spread.least_tolerance(value, better, tolerance):.1%}",
-                     f"{spread.catchable(value, better, tolerance):.1%}"))
+        rows.append((baseline.case, baseline.hardware_class, metric, str(found.sessions),
+                     f"{found.centre / value - 1:+.1%}", f"{found.spread:.1%}", f"{tolerance:.1%}",
+                     f"{found.least_tolerance(value, better, tolerance):.1%}",
+                     f"{found.catchable(value, better, tolerance):.1%}"))
     return rows
