@@ -18,8 +18,9 @@ OTHER_VENV ?= .venv-other
 OTHER_STAMP := $(OTHER_VENV)/.perfgate-installed
 PURELIB := import sysconfig; print(sysconfig.get_path("purelib"))
 PYTEST_ARGS ?=
+SESSIONS_ARGS ?=
 
-.PHONY: perf baselines test test-unit test-floor docs venv clean
+.PHONY: perf baselines sessions test test-unit test-floor docs venv clean
 
 venv: $(STAMP)
 
@@ -65,6 +66,12 @@ perf: $(STAMP)
 baselines: $(STAMP)
 	$(BIN)/python -m pytest tests_perf --update-baselines $(PYTEST_ARGS)
 	@echo "review the new baselines (git status baselines/; git diff baselines/), then commit them"
+
+# The sessions make perf kept in results/history.db since each baseline, stored in its file for clones with no
+# history (docs/gate.md): run after a few make perf sessions of the code the baselines measured.
+sessions: $(STAMP)
+	$(BIN)/perfgate store-sessions --history results/history.db --baseline-dir baselines $(SESSIONS_ARGS)
+	@echo "review the sessions listed and the files (git diff baselines/), then commit them"
 
 # DeepSpeed compiles its CPU shared-memory collective (deepspeed_shm_comm) the first time it starts on a CPU: minutes of
 # C++ on a 2-core VM. It is built once here into the environment (TORCH_EXTENSIONS_DIR, which the OptimizerSteps tests
