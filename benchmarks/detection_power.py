@@ -238,7 +238,7 @@ def recorded_alone(verdict: str) -> str:
 def with_machine_rules(trials: list[dict], measured: dict[str, float]) -> list[tuple[bool, bool]]:
     """Each stored-baseline trial decided again as the gate now does: with the session spread a results history of
     the unplanted trials before it gives (--perf-history: a metric's value where it passed, in trials whose probe read
-    like this one's, trend.spreads), with the probe's drop by the wall clock and by its CPU time, with a wall clock
+    like this one's, judge.session_spread.like), with the probe's drop by the wall clock and by its CPU time, with a wall clock
     that failed beside a neighbour while the CPU clock did not, and with a wall clock that failed alone while no
     spread was known (judge.machine_drop). ``measured``: the baseline's probe
     readings (its provenance). Whether it fails, and whether the rules left it unresolved."""

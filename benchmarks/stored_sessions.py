@@ -3,8 +3,9 @@ with its baseline (``perfgate store-sessions``)?
 
     python benchmarks/stored_sessions.py --history results/history.db --baseline-dir baselines
 
-Reads every stored-baseline session of each case that the history holds (``make perf`` sessions, say, hours apart,
-some with ``--perf-inject-slowdown``) and decides each again by the gate's rules from what it recorded: its runs'
+Reads every judged stored-baseline session of each case that the history holds, at its baseline's workload version
+(``make perf`` sessions since the baseline, say, hours apart, some with ``--perf-inject-slowdown``; give it a history
+of sessions since the baseline, as ``perfgate store-sessions`` reads one) and decides each again by the gate's rules from what it recorded: its runs'
 verdicts against the baseline alone, its machine-speed probe, and the case's *other* unchanged sessions (leave one
 out) as ``perfgate store-sessions`` would have stored them (judge.session_spread.stored, with its machine filter). Prints, per
 case, how many unchanged sessions FAILed as recorded and as decided so, how many planted ones FAILed, and the
@@ -26,11 +27,12 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 from detection_power import RecordedVerdict, recorded_alone  # noqa: E402
 
 from perfgate.judge import baselines, machine_drop, session_spread  # noqa: E402
-from perfgate.judge.gate import machine_rules  # noqa: E402
 from perfgate.judge.baselines import StoredSession  # noqa: E402
+from perfgate.judge.gate import machine_rules  # noqa: E402
 from perfgate.measure.metrics import CALIBRATION_PROBE  # noqa: E402
-from perfgate.result import FAILURES, Result  # noqa: E402
+from perfgate.result import Result  # noqa: E402
 from perfgate.trend.database import ResultsDatabase  # noqa: E402
+from perfgate.trend.store_sessions import JUDGED  # noqa: E402
 
 
 def sessions_of(url: str) -> dict[tuple[str, str], list[Result]]:
@@ -42,7 +44,7 @@ def sessions_of(url: str) -> dict[tuple[str, str], list[Result]]:
         database.close()
     found = defaultdict(list)
     for _, result in sorted(records.items()):
-        if (result.reference is None and result.verdict not in FAILURES and result.metrics
+        if (result.reference is None and result.verdict in JUDGED and result.metrics
                 and all("against_baseline" in row for row in result.metrics)):
             found[result.case, result.hardware_class].append(result)
     return found

@@ -198,6 +198,10 @@ def test_stored_sessions_round_trip_oldest_first(path):
                                                            "probe": None, "medians": {"samples_per_second": 101.0,
                                                                                       "total_time_secs": 10.2}}
     assert baselines.load(path) == baseline
+    data = json.loads(path.read_text())
+    data["sessions"].reverse()
+    path.write_text(json.dumps(data))
+    assert baselines.load(path) == baseline, "read oldest first, however the file lists them"
     baselines.write(path, sample())
     assert "sessions" not in json.loads(path.read_text()) and baselines.load(path).sessions == ()
 

@@ -218,8 +218,8 @@ def test_a_pass_on_a_machine_that_outran_its_baseline_says_so_with_what_it_can_s
 
 
 def test_a_clone_with_no_history_judges_by_the_sessions_stored_with_the_baseline(tmp_path):
-    """A fresh clone on issue 47's VM had no history, and the drift between sessions FAILed 1 to 4 unchanged cases
-    of 7 in each quiet `make perf`: the sessions stored with the baseline tell it what the history would."""
+    """A fresh clone on issue 47's VM had no history, and the drift between sessions FAILed up to 4 unchanged
+    cases of 7 in a quiet `make perf`: the sessions stored with the baseline tell it what the history would."""
     plan = make_plan(tmp_path)
     store(plan, sessions(SPREAD))
     with pytest.warns(SessionSpreadWarning) as warned:

@@ -321,7 +321,8 @@ def test_the_spread_between_sessions_counts_the_passed_sessions_of_this_version_
 def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_file(tmp_path, capsys):
     """Kept: the case's sessions at its workload version since the baseline was measured, a FAIL among them (the
     drift a gate with no history took for a regression). Left out: sessions before the baseline, planted ones, A/B
-    candidates, other workload versions, and cases with no baseline. Stored twice, each session is kept once."""
+    candidates, other workload versions, a crashed launch, a session that measured a baseline, and cases with no
+    baseline. Stored twice, each session is kept once."""
     url, baseline_dir = str(tmp_path / "history.db"), tmp_path / "b"
     metric = "fastest_step_samples_per_second"
     database = ResultsDatabase(url)
@@ -336,7 +337,8 @@ def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_f
     for value in (97.0, 103.0, 99.0, 101.0, 100.0, 96.0):
         database.record([result(value=value, probe=80.0), result(case="d-cpu", value=value)], CONTEXT)
     database.record([result(value=88.0, verdict="FAIL", probe=78.0), planted, paired,
-                     result(value=20.0, workload_version="2"), result(value=30.0, verdict="crashed")], CONTEXT)
+                     result(value=20.0, workload_version="2"), result(value=30.0, verdict="crashed"),
+                     result(value=100.0, verdict="updated")], CONTEXT)
     database.close()
     assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
     stored = baselines.load(path).sessions

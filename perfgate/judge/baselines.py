@@ -138,10 +138,11 @@ def _positive(value: Any) -> bool:
 
 
 def parse_sessions(raw: Any, where: str) -> tuple[StoredSession, ...]:
-    """The ``sessions`` field: a list of {recorded_at, medians, probe, commit}."""
+    """The ``sessions`` field, a list of {recorded_at, medians, probe, commit}, oldest first (the gate reads the
+    newest)."""
     if not isinstance(raw, list):
         raise BaselineError(f"{where}: 'sessions' must be a list")
-    sessions = []
+    sessions, times = [], []
     for index, one in enumerate(raw):
         here = f"{where}: session {index + 1}"
         if not isinstance(one, dict):
@@ -156,13 +157,14 @@ def parse_sessions(raw: Any, where: str) -> tuple[StoredSession, ...]:
             raise BaselineError(f"{here}: 'commit' must be a string or null")
         recorded_at = _field(one, "recorded_at", str, here)
         try:
-            datetime.datetime.fromisoformat(recorded_at)
+            when = datetime.datetime.fromisoformat(recorded_at)
         except ValueError:
             raise BaselineError(f"{here}: 'recorded_at' must be an ISO 8601 time, got {recorded_at!r}") from None
+        times.append(when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc))
         sessions.append(StoredSession(recorded_at,
                                       {name: float(value) for name, value in medians.items()},
                                       None if probe is None else float(probe), commit))
-    return tuple(sessions)
+    return tuple(session for _, session in sorted(zip(times, sessions), key=lambda pair: pair[0]))
 
 
 def parse(obj: Any, where: str) -> Baseline:

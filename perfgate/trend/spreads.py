@@ -28,8 +28,8 @@ unresolved session after session, must not become the sessions' median and pass.
 
 class SessionHistory:
     """What the gate asks the results history of a case: given its runs' probe, each gated metric's spread between
-    the sessions like it. A history that cannot be read is a warning, and the sessions stored with the baseline, or else its tolerance
-    alone, judge."""
+    the sessions like it. A history that cannot be read is a warning, and the sessions stored with the baseline, or
+    else its tolerance alone, judge."""
 
     def __init__(self, url: str, branch: str | None, case: str, hardware_class: str, workload_version: str,
                  metrics: Sequence[str]) -> None:
@@ -41,8 +41,8 @@ class SessionHistory:
             return learn(self.url, self.case, self.hardware_class, self.workload_version, self.metrics, self.branch,
                          machine)
         except (DatabaseError, OSError) as exc:
-            warnings.warn(SessionSpreadWarning(f"{self.case}: the spread between sessions was not read ({exc}); "
-                                               "the sessions stored with the baseline, or else its tolerance alone, judge"))
+            warnings.warn(SessionSpreadWarning(f"{self.case}: the spread between sessions was not read ({exc}); the "
+                                               "sessions stored with the baseline, or else its tolerance alone, judge"))
             return {}
 
 

@@ -7,7 +7,7 @@ the clone.
 
 Kept: the case's sessions on its baseline's hardware class and workload version since the baseline was measured (or
 ``--since``), on ``--branch`` where given, without a planted slowdown, not measured beside an A/B reference, and
-judged (a launch that failed has no whole medians), whatever the verdict. Unlike the history's own rule, which counts
+judged against the baseline (JUDGED), whatever the verdict. Unlike the history's own rule, which counts
 only what passed, a FAIL is kept: on a shared runner it is the drift that a gate with no history took for a
 regression, which is what the spread has to hold. So the sessions must be of the code the baseline measured; the
 table printed lists each one against the baseline, so that a step in them (a regression that landed) shows in review.
@@ -28,7 +28,6 @@ from perfgate.judge.baselines import Baseline, StoredSession
 from perfgate.judge.session_spread import MAX_SESSIONS, SessionSpread
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.report.terminal import table
-from perfgate.result import FAILURES
 from perfgate.trend.command import DEFAULT_HISTORY
 from perfgate.trend.database import DatabaseError, Point, ResultsDatabase
 from perfgate.trend.spreads import PLANT
@@ -36,6 +35,11 @@ from perfgate.trend.spreads import PLANT
 SESSION_HEADER = ("case", "hardware class", "recorded (UTC)", "commit", "verdict", "metric", "value", "vs baseline")
 SPREAD_HEADER = ("case", "hardware class", "metric", "sessions", "unchanged vs baseline", "spread", "tolerance",
                  "least tolerance", "catches")
+
+
+JUDGED = ("pass", "stale", "unresolved", "FAIL")
+"""The verdicts of a session judged against the baseline: not a launch that failed (no whole medians), nor the
+session that measured a baseline (its medians are the baseline's own)."""
 
 
 class NothingToStore(Exception):
@@ -138,7 +142,7 @@ def unchanged_sessions(points: Sequence[Point], baseline: Baseline, paired: set[
         medians = {metric: by_metric[metric] for metric in baseline.metrics if metric in by_metric}
         recorded = utc(first.recorded_at)
         if (medians and first.workload_version == baseline.workload_version and first.result_id not in paired
-                and first.verdict not in FAILURES and not by_metric.get(PLANT) and recorded >= start):
+                and first.verdict in JUDGED and not by_metric.get(PLANT) and recorded >= start):
             sessions.append((StoredSession(recorded.isoformat(), medians, by_metric.get(CALIBRATION_PROBE),
                                            first.commit), first.verdict))
     return sorted(sessions, key=lambda pair: pair[0].recorded_at)
