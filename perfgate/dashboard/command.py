@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from perfgate.dashboard.site import build
-from perfgate.trend.command import DEFAULT_HISTORY
+from perfgate.trend.command import add_history_option
 from perfgate.trend.database import DatabaseError
 
 
@@ -18,9 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with filters kept in the URL, a page per case and hardware class with Otava's change points, any two of its "
         "commits compared and the bisections that named a commit, a page per run, and the A/B sessions pair by pair. "
         "It opens from file:// or any static host: plotly.js comes from the plotly package, not a CDN.")
-    parser.add_argument("--history", default=DEFAULT_HISTORY, metavar="URL",
-                        help=f"the results database: a SQLite path or postgresql://USER@HOST/DB (default: "
-                        f"{DEFAULT_HISTORY}, as make perf writes)")
+    add_history_option(parser)
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the site goes")
     parser.add_argument("--commit-url", metavar="TEMPLATE",
                         help="link each commit, e.g. https://github.com/ORG/REPO/commit/{sha}")

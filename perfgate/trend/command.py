@@ -16,6 +16,13 @@ from perfgate.trend.database import DatabaseError, ResultsDatabase
 DEFAULT_HISTORY = "results/history.db"
 
 
+def add_history_option(parser: argparse.ArgumentParser) -> None:
+    """--history, as every command that reads the results database takes it."""
+    parser.add_argument("--history", default=DEFAULT_HISTORY, metavar="URL",
+                        help=f"the results database: a SQLite path or postgresql://USER@HOST/DB (default: "
+                        f"{DEFAULT_HISTORY}, as --perf-history and make perf write)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfgate trend",
@@ -24,9 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         "p-value), draw the series, and with --fail-on-regression exit 1 when a series' newest segment is a "
         "regression.")
     parser.add_argument("cases", nargs="*", metavar="CASE", help="case ids or globs (default: every case)")
-    parser.add_argument("--history", default=DEFAULT_HISTORY, metavar="URL",
-                        help=f"the results database: a SQLite path or postgresql://USER@HOST/DB (default: "
-                        f"{DEFAULT_HISTORY}, as --perf-history writes)")
+    add_history_option(parser)
     parser.add_argument("--hardware-class", help="only this hardware class")
     parser.add_argument("--metric", help="only this metric (default: the metrics the gate judged)")
     parser.add_argument("--since", type=datetime.date.fromisoformat, metavar="YYYY-MM-DD",

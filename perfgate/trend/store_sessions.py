@@ -28,7 +28,7 @@ from perfgate.judge.baselines import Baseline, StoredSession
 from perfgate.judge.session_spread import MAX_SESSIONS, SessionSpread
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.report.terminal import table
-from perfgate.trend.command import DEFAULT_HISTORY
+from perfgate.trend.command import add_history_option
 from perfgate.trend.database import DatabaseError, Point, ResultsDatabase
 from perfgate.trend.spreads import PLANT
 
@@ -55,9 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sessions of the code the baseline measured, review the sessions it lists and the files (git diff), and "
         "commit them. --update-baselines drops them again.")
     parser.add_argument("cases", nargs="*", metavar="CASE", help="case ids or globs (default: every case)")
-    parser.add_argument("--history", default=DEFAULT_HISTORY, metavar="URL",
-                        help=f"the results database: a SQLite path or postgresql://USER@HOST/DB (default: "
-                        f"{DEFAULT_HISTORY}, as --perf-history writes)")
+    add_history_option(parser)
     parser.add_argument("--baseline-dir", type=Path, default=Path("baselines"), help="default: ./baselines")
     parser.add_argument("--hardware-class", help="only this hardware class")
     parser.add_argument("--branch", help="only sessions on this branch (as --perf-history-branch reads them)")
