@@ -220,13 +220,13 @@ def test_calibration_without_a_probe_says_what_to_do(tmp_path):
         checker.check()
 
 
-def ab_gate(plan, reference_values, candidate_values, **settings):
+def ab_gate(plan, reference_values, candidate_values, probe=None, **settings):
     from perfgate.judge.ab import ABGate, RevisionReference
     from perfgate.judge.revision import Revision
 
     order = []
-    candidate = FakeMeasurer(plan, candidate_values, log=order, name="candidate")
-    reference = FakeMeasurer(plan, reference_values, log=order, name="reference")
+    candidate = FakeMeasurer(plan, candidate_values, probe, log=order, name="candidate")
+    reference = FakeMeasurer(plan, reference_values, probe, log=order, name="reference")
     revision = Revision("main", "0123456789abcdef", plan.spec.workdir / "tree")
     in_turn = not settings.get("ab_duet")  # each launch in the order the test sees; duet where it asks for it
     gate = ABGate(plan, Settings(**{"repeats": 2, "max_repeats": 4, "ab_in_turn": in_turn, **settings}), candidate,
@@ -265,6 +265,49 @@ def test_duet_is_the_default_for_cpu_flavours_on_the_local_launcher_and_either_f
     from perfgate.judge.ab import runs_duet
 
     assert runs_duet(Settings(launcher=launcher, **flags), kind) is duet
+
+
+BESIDE_A_NEIGHBOUR = {"probe_matmul_gflops": 66.0, "probe_matmul_cpu_gflops": 100.0}
+"""The probe's thread got 34 % less of a core than its CPU time used: two busy processes on a 2-core VM."""
+QUIET = {"probe_matmul_gflops": 100.0, "probe_matmul_cpu_gflops": 100.0}
+
+
+@pytest.mark.parametrize("candidate, probe, flags, verdict", [
+    ([90.0, 89.0, 90.0], BESIDE_A_NEIGHBOUR, {}, "unresolved"),
+    ([90.0, 89.0, 90.0], QUIET, {}, "FAIL"),
+    ([50.0, 49.0, 50.0], BESIDE_A_NEIGHBOUR, {}, "FAIL"),
+    ([90.0, 89.0, 90.0], BESIDE_A_NEIGHBOUR, {"ab_duet": True}, "FAIL"),
+    ([90.0, 89.0, 90.0], None, {}, "FAIL"),
+])
+def test_pairs_in_turn_beside_a_neighbour_leave_a_slowdown_its_turns_explain_unresolved(tmp_path, candidate, probe,
+                                                                                       flags, verdict):
+    """A pair's two launches in turn meet a neighbour at different times: 10 % within the 35 % the turns explain is
+    unresolved, 50 % beyond them FAILs, and so does 10 % where the probe saw no neighbour, read none, or the pairs ran
+    at once (duet), meeting it alike."""
+    plan = make_plan(tmp_path)
+    gate, candidate_side, _ = ab_gate(plan, [100.0, 99.0, 100.0], candidate, probe, **flags)
+    if verdict == "FAIL":
+        with pytest.raises(CaseFailed, match="performance regression"):
+            gate.check()
+        assert not candidate_side.result.machine_drop
+        return
+    with pytest.warns(UnresolvedVerdictWarning, match=r"(?s)unresolved on k: worse than the reference, but its pairs "
+                                                      r"ran one launch after the other while a neighbour took turns"
+                                                      r".*34% less of a core.*worse by more than 35\.3% FAILs.*leave "
+                                                      r"--perf-ab-in-turn out"):
+        assert gate.check().verdict == "unresolved"
+    assert [row["rule"] for row in candidate_side.result.machine_drop] == ["in turn"]
+    with pytest.raises(CaseFailed, match="pairs ran one launch after the other"):
+        ab_gate(plan, [100.0, 99.0, 100.0], candidate, probe, fail_unresolved=True)[0].check()
+
+
+def test_pairs_in_turn_on_a_remote_launcher_say_to_a_b_where_no_other_job_shares_the_cores(tmp_path):
+    """The slurm and ssh launchers have no duet to offer."""
+    plan = make_plan(tmp_path)
+    gate, _, _ = ab_gate(plan, [100.0, 99.0, 100.0], [90.0, 89.0, 90.0], BESIDE_A_NEIGHBOUR, launcher="slurm")
+    with pytest.warns(UnresolvedVerdictWarning, match="the slurm launcher launches a pair's sides one after the other: "
+                                                      "A/B where no other job shares the nodes' cores"):
+        assert gate.check().verdict == "unresolved"
 
 
 def test_duet_refuses_a_gpu_flavour_before_any_launch(tmp_path):

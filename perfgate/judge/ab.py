@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines
+from perfgate.judge import baselines, machine_drop
 from perfgate.judge.gate import Gate
 from perfgate.judge.revision import Revision
 from perfgate.launch.plan import Plan
@@ -48,6 +48,7 @@ def runs_duet(settings: Settings, kind: str) -> bool:
 class RevisionReference:
     """The reference revision's runs of one case, as a baseline that grows with every pair."""
 
+    against = "the reference"
     remedy = "it is gated against a reference revision that measures it"
     when_faster = ("faster than the reference", "an improvement beyond --perf-ab-tolerance, or the reference's launches "
                                                 "were slowed by something else; no baseline is stored, none to update")
@@ -113,6 +114,27 @@ class ABGate(Gate):
         if self.settings.max_repeats:
             return self.settings.max_repeats
         return RESOLVE_PAIRS if self.settings.ab_resolve else self.settings.repeats + 2
+
+    def weigh_turns(self, verdicts: list[baselines.MetricVerdict], outcomes: list[str]
+                    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """Pairs of a CPU flavour in turn: a FAIL that a neighbour's turns on the cores explain is unresolved
+        (machine_drop.in_turn_beside_a_neighbour), read from the side whose probe got less of a core; duet pairs
+        meet the neighbour alike."""
+        if self.duet or self.plan.run.kind != "cpu":
+            return outcomes, []
+        shares = [machine_drop.core_share(side.measurement.medians()) for side in (self.reference.measurer,
+                                                                                   self.measurer)]
+        turns = min((share for share in shares if share is not None), default=None)
+        return machine_drop.in_turn_beside_a_neighbour(verdicts, outcomes, turns)
+
+    def instead(self) -> str:
+        if self.settings.launcher == "local":
+            return ("launched at once, a pair's two sides meet a neighbour alike: leave --perf-ab-in-turn out (a CPU "
+                    "flavour on the local launcher runs duet pairs: docs/ab.md), or A/B where no other job shares "
+                    "the cores")
+        return (f"the {self.settings.launcher} launcher launches a pair's sides one after the other: A/B where no "
+                "other job shares the nodes' cores, or on the local launcher, which launches both at once "
+                "(docs/ab.md)")
 
     def what_settles_it(self) -> str:
         return ("more pairs would settle it (raise --perf-max-repeats or --perf-ab-budget), and longer windows "

@@ -80,6 +80,8 @@ class Reference(Protocol):
 
     where: Path | str
     """Where the reference lives, for messages."""
+    against: str
+    """What the runs are set against, as a message names it ("the baseline")."""
     remedy: str
     """What gates a metric the reference lacks (one from before the metric)."""
     when_faster: tuple[str, str]
@@ -92,6 +94,7 @@ class Reference(Protocol):
 class StoredBaseline:
     """A reviewed baseline file under --baseline-dir, which --update-baselines (re)writes."""
 
+    against = "the baseline"
     remedy = "re-measure the baseline with --update-baselines to gate it"
     when_faster = ("stale baseline", "re-measure with --update-baselines and review")
 
@@ -184,6 +187,8 @@ class Gate:
         raw = [stats.settle(v.decision).outcome for v in verdicts]
         outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores, turns,
                                                          cpu_flavour=weighs and plan.run.kind == "cpu")
+        outcomes, turn_rows = self.weigh_turns(verdicts, outcomes)
+        drop_rows += turn_rows
         result.metrics = [{**verdict_row(v, outcome), "against_baseline": alone, "run_values": current[v.metric],
                            "baseline_runs": list(baseline.metrics[v.metric].samples)}
                           for v, outcome, alone in zip(verdicts, outcomes, raw)]
@@ -239,6 +244,16 @@ class Gate:
                                                                          machine, self.reference.where)
         return {**kept, **self.spreads(machine)}
 
+    def weigh_turns(self, verdicts: list[baselines.MetricVerdict], outcomes: list[str]
+                    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """The outcomes once a neighbour's turns on the cores between the launches compared are weighed: nothing to
+        weigh against a stored baseline (machine_rules reads the machine there); A/B's pairs in turn have."""
+        return outcomes, []
+
+    def instead(self) -> str:
+        """What judges a change this verdict leaves unresolved."""
+        return session_spread.ab_instead(self.result.test)
+
     def what_settles_it(self) -> str:
         """The advice for a slowdown the runs allowed could not tell from noise."""
         return f"more runs would settle it (--perf-max-repeats); or {session_spread.ab_instead(self.result.test)}"
@@ -258,9 +273,11 @@ class Gate:
              any(row["rule"] == "machine slower" for row in rows)),
             ("a neighbour took turns on the cores and no CPU-clock metric FAILed",
              any(row["rule"] == "neighbour" for row in rows)),
-            ("only its wall clock moved", any(row["rule"] == "wall alone" for row in rows))) if holds]
-        message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the baseline, but "
-                   f"{' and '.join(why)}{details}\n{session_spread.ab_instead(self.result.test)}")
+            ("only its wall clock moved", any(row["rule"] == "wall alone" for row in rows)),
+            ("its pairs ran one launch after the other while a neighbour took turns on the cores",
+             any(row["rule"] == "in turn" for row in rows))) if holds]
+        message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than {self.reference.against}, but "
+                   f"{' and '.join(why)}{details}\n{self.instead()}")
         if self.settings.fail_unresolved:
             raise CaseFailed(message)
         warnings.warn(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
