@@ -191,7 +191,9 @@ class FakeSessions:
         answer = self.answers[candidate]
         if callable(answer):
             answer = answer(list(extra))
-        if isinstance(answer, str):
+        if isinstance(answer, dict):
+            result = record("case", test="t::case", **answer)
+        elif isinstance(answer, str):
             result = record("case", test="t::case", verdict=answer, message=answer)
         else:
             change, half = answer
@@ -236,7 +238,18 @@ def test_an_unproven_slowdown_between_good_and_bad_is_said_and_blames_nothing(ba
     bisect, _ = fake_bisect([(0.0, 0.01), bad])
     searches, lines, answered = bisect.ends()
     assert not searches and not answered
-    assert "an unproven slowdown between GOOD and BAD" in lines[0]
+    assert "an unproven slowdown between GOOD and BAD" in lines[0] and "raise --bisect-max-pairs" in lines[0]
+
+
+def test_an_unproven_slowdown_of_pairs_in_turn_beside_a_neighbour_says_to_launch_them_at_once_not_to_add_pairs():
+    """More pairs do not settle what a neighbour's turns between a pair's launches explain (A/B's in-turn rule)."""
+    in_turn = {"verdict": "unresolved", "reference": {"per_run": [{}, {}, {}]},
+               "machine_drop": [{"rule": "in turn", "metric": "cpu_seconds_per_sample", "change": 0.037}]}
+    bisect, _ = fake_bisect([(0.0, 0.01), in_turn])
+    searches, lines, answered = bisect.ends()
+    assert not searches and not answered
+    assert "after 3 pairs" in lines[0] and "launch the pairs at once (leave --perf-ab-in-turn out)" in lines[0]
+    assert "--bisect-max-pairs" not in lines[0]
 
 
 def test_a_timeout_counts_as_slow_and_a_crashing_bad_is_a_usage_error():

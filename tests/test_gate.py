@@ -220,13 +220,13 @@ def test_calibration_without_a_probe_says_what_to_do(tmp_path):
         checker.check()
 
 
-def ab_gate(plan, reference_values, candidate_values, probe=None, **settings):
+def ab_gate(plan, reference_values, candidate_values, **settings):
     from perfgate.judge.ab import ABGate, RevisionReference
     from perfgate.judge.revision import Revision
 
     order = []
-    candidate = FakeMeasurer(plan, candidate_values, probe, log=order, name="candidate")
-    reference = FakeMeasurer(plan, reference_values, probe, log=order, name="reference")
+    candidate = FakeMeasurer(plan, candidate_values, log=order, name="candidate")
+    reference = FakeMeasurer(plan, reference_values, log=order, name="reference")
     revision = Revision("main", "0123456789abcdef", plan.spec.workdir / "tree")
     in_turn = not settings.get("ab_duet")  # each launch in the order the test sees; duet where it asks for it
     gate = ABGate(plan, Settings(**{"repeats": 2, "max_repeats": 4, "ab_in_turn": in_turn, **settings}), candidate,
@@ -270,22 +270,47 @@ def test_duet_is_the_default_for_cpu_flavours_on_the_local_launcher_and_either_f
 BESIDE_A_NEIGHBOUR = {"probe_matmul_gflops": 66.0, "probe_matmul_cpu_gflops": 100.0}
 """The probe's thread got 34 % less of a core than its CPU time used: two busy processes on a 2-core VM."""
 QUIET = {"probe_matmul_gflops": 100.0, "probe_matmul_cpu_gflops": 100.0}
+LESS_BUSY = {"probe_matmul_gflops": 80.0, "probe_matmul_cpu_gflops": 100.0}
 
 
-@pytest.mark.parametrize("candidate, probe, flags, verdict", [
-    ([90.0, 89.0, 90.0], BESIDE_A_NEIGHBOUR, {}, "unresolved"),
-    ([90.0, 89.0, 90.0], QUIET, {}, "FAIL"),
-    ([50.0, 49.0, 50.0], BESIDE_A_NEIGHBOUR, {}, "FAIL"),
-    ([90.0, 89.0, 90.0], BESIDE_A_NEIGHBOUR, {"ab_duet": True}, "FAIL"),
-    ([90.0, 89.0, 90.0], None, {}, "FAIL"),
-])
-def test_pairs_in_turn_beside_a_neighbour_leave_a_slowdown_its_turns_explain_unresolved(tmp_path, candidate, probe,
+def in_turn_gate(plan, reference, candidate, probes, kind="cpu", **flags):
+    """An A/B gate whose sides' runs read ``probes`` (the reference's, the candidate's)."""
+    from perfgate.judge.ab import ABGate, RevisionReference
+    from perfgate.judge.revision import Revision
+
+    case = dataclasses.replace(plan.run.case, gpu=plan.run.case.cpu)
+    plan = dataclasses.replace(plan, run=CaseRun(case, kind))
+    sides = [FakeMeasurer(plan, values, probe) for values, probe in zip((reference, candidate), probes)]
+    revision = Revision("main", "0123456789abcdef", plan.spec.workdir / "tree")
+    settings = Settings(**{"repeats": 2, "max_repeats": 4, "ab_in_turn": not flags.get("ab_duet"), **flags})
+    gate = ABGate(plan, settings, sides[1], RevisionReference(revision, sides[0], plan, 0.02), root=plan.spec.workdir,
+                  nvml=lambda: (None, ""))
+    return gate, sides[1]
+
+
+STEADY_PAIRS = [100.0, 99.0, 100.0]
+
+
+@pytest.mark.parametrize("candidate, probes, flags, verdict", [
+    ([90.0, 89.0, 90.0], (BESIDE_A_NEIGHBOUR, BESIDE_A_NEIGHBOUR), {}, "unresolved"),
+    ([90.0, 89.0, 90.0], (QUIET, QUIET), {}, "FAIL"),
+    ([50.0, 49.0, 50.0], (BESIDE_A_NEIGHBOUR, BESIDE_A_NEIGHBOUR), {}, "FAIL"),
+    ([90.0, 89.0, 90.0], (BESIDE_A_NEIGHBOUR, BESIDE_A_NEIGHBOUR), {"ab_duet": True}, "FAIL"),
+    ([90.0, 89.0, 90.0], (None, None), {}, "FAIL"),
+    ([90.0, 89.0, 90.0], (QUIET, BESIDE_A_NEIGHBOUR), {}, "FAIL"),
+    ([90.0, 89.0, 90.0], (None, BESIDE_A_NEIGHBOUR), {}, "FAIL"),
+    ([90.0, 89.0, 90.0], (BESIDE_A_NEIGHBOUR, BESIDE_A_NEIGHBOUR), {"calibrate": True}, "FAIL"),
+], ids=["beside-a-neighbour", "quiet", "beyond-the-turns", "duet", "no-probe", "only-the-candidate-off-the-cores",
+        "a-reference-without-the-probe", "calibrated"])
+def test_pairs_in_turn_beside_a_neighbour_leave_a_slowdown_its_turns_explain_unresolved(tmp_path, candidate, probes,
                                                                                        flags, verdict):
     """A pair's two launches in turn meet a neighbour at different times: 10 % within the 35 % the turns explain is
-    unresolved, 50 % beyond them FAILs, and so does 10 % where the probe saw no neighbour, read none, or the pairs ran
-    at once (duet), meeting it alike."""
-    plan = make_plan(tmp_path)
-    gate, candidate_side, _ = ab_gate(plan, [100.0, 99.0, 100.0], candidate, probe, **flags)
+    unresolved. 50 % beyond them FAILs, and so does 10 % where the probe saw no neighbour, read none, or saw one on
+    the candidate's side alone (its own slowdown may keep the probe off the cores), where the pairs ran at once
+    (duet), meeting it alike, or the values were calibrated by the probe already."""
+    if flags.get("calibrate"):
+        probes = tuple({**probe, "probe_copy_gbps": 8.0} for probe in probes)
+    gate, candidate_side = in_turn_gate(make_plan(tmp_path), STEADY_PAIRS, candidate, probes, **flags)
     if verdict == "FAIL":
         with pytest.raises(CaseFailed, match="performance regression"):
             gate.check()
@@ -298,13 +323,42 @@ def test_pairs_in_turn_beside_a_neighbour_leave_a_slowdown_its_turns_explain_unr
         assert gate.check().verdict == "unresolved"
     assert [row["rule"] for row in candidate_side.result.machine_drop] == ["in turn"]
     with pytest.raises(CaseFailed, match="pairs ran one launch after the other"):
-        ab_gate(plan, [100.0, 99.0, 100.0], candidate, probe, fail_unresolved=True)[0].check()
+        in_turn_gate(make_plan(tmp_path), STEADY_PAIRS, candidate, probes, fail_unresolved=True)[0].check()
+
+
+def test_the_turns_both_sides_show_the_least_of_explain_a_cpu_time_by_the_time_they_add(tmp_path):
+    """The side that got more of a core (20 % less of it, not 34 %) bounds what the turns explain; a CPU time (lower
+    is better) 1 / (1 - 0.20) - 1 = 25 % longer, on top of the 2 % tolerance: 27.5 %. Every FAIL must be within it."""
+    plan = make_plan(tmp_path, gated=("samples_per_second", "cpu_seconds_per_sample"))
+    reference = [{"samples_per_second": 100.0, "cpu_seconds_per_sample": 0.0100}] * 3
+    within = [{"samples_per_second": 85.0, "cpu_seconds_per_sample": 0.0125}] * 3
+    gate, candidate = in_turn_gate(plan, reference, within, (BESIDE_A_NEIGHBOUR, LESS_BUSY))
+    with pytest.warns(UnresolvedVerdictWarning, match=r"cpu_seconds_per_sample: \+25\.0%, .*20% less of a core.*worse "
+                                                      r"by more than 27\.5% FAILs"):
+        assert gate.check().verdict == "unresolved"
+    assert {row["metric"] for row in candidate.result.machine_drop} == {"samples_per_second", "cpu_seconds_per_sample"}
+    beyond = [{"samples_per_second": 85.0, "cpu_seconds_per_sample": 0.0130}] * 3
+    gate, candidate = in_turn_gate(plan, reference, beyond, (BESIDE_A_NEIGHBOUR, LESS_BUSY))
+    with pytest.raises(CaseFailed, match="performance regression"):
+        gate.check()
+    assert not candidate.result.machine_drop
+    assert {row["metric"]: row["verdict"] for row in candidate.result.metrics} == {
+        "samples_per_second": "FAIL", "cpu_seconds_per_sample": "FAIL"}
+
+
+def test_a_gpu_flavours_pairs_in_turn_keep_their_fail_whatever_the_probe_says(tmp_path):
+    """The rule is a CPU flavour's: a GPU step's time is the device's."""
+    gate, candidate = in_turn_gate(make_plan(tmp_path), STEADY_PAIRS, [90.0, 89.0, 90.0],
+                                   (BESIDE_A_NEIGHBOUR, BESIDE_A_NEIGHBOUR), kind="gpu")
+    with pytest.raises(CaseFailed, match="performance regression"):
+        gate.check()
+    assert not candidate.result.machine_drop
 
 
 def test_pairs_in_turn_on_a_remote_launcher_say_to_a_b_where_no_other_job_shares_the_cores(tmp_path):
     """The slurm and ssh launchers have no duet to offer."""
-    plan = make_plan(tmp_path)
-    gate, _, _ = ab_gate(plan, [100.0, 99.0, 100.0], [90.0, 89.0, 90.0], BESIDE_A_NEIGHBOUR, launcher="slurm")
+    gate, _ = in_turn_gate(make_plan(tmp_path), STEADY_PAIRS, [90.0, 89.0, 90.0],
+                           (BESIDE_A_NEIGHBOUR, BESIDE_A_NEIGHBOUR), launcher="slurm")
     with pytest.warns(UnresolvedVerdictWarning, match="the slurm launcher launches a pair's sides one after the other: "
                                                       "A/B where no other job shares the nodes' cores"):
         assert gate.check().verdict == "unresolved"

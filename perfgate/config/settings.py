@@ -218,7 +218,8 @@ OPTIONS = (
     Option("--fail-unresolved", "fail_unresolved", "fail a case left unresolved: by --perf-ab-resolve, by a "
            "regression within how far the case moves between sessions here (--perf-history), by a machine-speed "
            "probe that dropped as far, or by a CPU flavour's wall-clock FAIL beside a neighbour while its CPU clock did "
-           "not FAIL, or alone while it held and no history knows its spread (default: warn)"),
+           "not FAIL, or alone while it held and no history knows its spread, or by A/B pairs of a CPU flavour in "
+           "turn beside a neighbour whose turns explain the FAIL (default: warn)"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
            "(one benchmark per case flavour, its measured steps as rounds, perfgate's verdict in extra_info), for "
            "`pytest-benchmark compare` and github-action-benchmark's \"pytest\" tool", Path, None, "PATH"),

@@ -117,17 +117,17 @@ class ABGate(Gate):
 
     def weigh_turns(self, verdicts: list[baselines.MetricVerdict], outcomes: list[str]
                     ) -> tuple[list[str], list[dict[str, Any]]]:
-        """Pairs of a CPU flavour in turn: a FAIL that a neighbour's turns on the cores explain is unresolved
-        (machine_drop.in_turn_beside_a_neighbour), read from the side whose probe got less of a core; duet pairs
-        meet the neighbour alike."""
-        if self.duet or self.plan.run.kind != "cpu":
+        """Pairs of a CPU flavour in turn: a FAIL that a neighbour's turns on the cores explain, as both sides' probes
+        read them, is unresolved (machine_drop.in_turn_beside_a_neighbour); duet pairs meet the neighbour alike, and
+        calibrated values have had the probe divided out already."""
+        if self.duet or self.plan.run.kind != "cpu" or self.settings.calibrate:
             return outcomes, []
-        shares = [machine_drop.core_share(side.measurement.medians()) for side in (self.reference.measurer,
-                                                                                   self.measurer)]
-        turns = min((share for share in shares if share is not None), default=None)
-        return machine_drop.in_turn_beside_a_neighbour(verdicts, outcomes, turns)
+        reference, candidate = (machine_drop.core_shortfall(side.measurement.medians())
+                                for side in (self.reference.measurer, self.measurer))
+        return machine_drop.in_turn_beside_a_neighbour(verdicts, outcomes, reference, candidate)
 
     def instead(self) -> str:
+        """Pairs launched at once, where the launcher can: a neighbour then meets both sides alike."""
         if self.settings.launcher == "local":
             return ("launched at once, a pair's two sides meet a neighbour alike: leave --perf-ab-in-turn out (a CPU "
                     "flavour on the local launcher runs duet pairs: docs/ab.md), or A/B where no other job shares "

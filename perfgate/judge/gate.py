@@ -247,7 +247,8 @@ class Gate:
     def weigh_turns(self, verdicts: list[baselines.MetricVerdict], outcomes: list[str]
                     ) -> tuple[list[str], list[dict[str, Any]]]:
         """The outcomes once a neighbour's turns on the cores between the launches compared are weighed: nothing to
-        weigh against a stored baseline (machine_rules reads the machine there); A/B's pairs in turn have."""
+        weigh against a stored baseline (machine_rules reads the machine there); A/B's pairs in turn have
+        something."""
         return outcomes, []
 
     def instead(self) -> str:
@@ -259,10 +260,11 @@ class Gate:
         return f"more runs would settle it (--perf-max-repeats); or {session_spread.ab_instead(self.result.test)}"
 
     def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> Result:
-        """A regression beyond the stored tolerance that this machine explains as well as the code: within how far
+        """A regression beyond the tolerance that this machine explains as well as the code: within how far
         unchanged sessions of the case stray here (1 in 20 reads that far), a drop that the probe's on the same
-        clock matches, the wall clock beside a neighbour while the CPU clock did not FAIL, or the wall clock alone,
-        no history saying how far it strays (machine_drop). Neither a FAIL nor a pass."""
+        clock matches, the wall clock beside a neighbour while the CPU clock did not FAIL, the wall clock alone,
+        no history saying how far it strays, or A/B's pairs in turn beside a neighbour (machine_drop). Neither a
+        FAIL nor a pass."""
         plan = self.plan
         self.result.conclude("unresolved")
         rows = self.result.machine_drop if machine_dropped else []

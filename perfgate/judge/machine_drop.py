@@ -18,7 +18,9 @@ slower machine adds --fail-unresolved. The probe does not calibrate the values (
 around a window exaggerate or miss a burst, and scaling by them moved unchanged sessions far more than the drift it
 corrects (docs/measurements.md#why-the-rules-are-what-they-are). Two rules read the wall clock of a CPU flavour
 apart: beside a neighbour (the probe's thread got less of the cores than at the baseline) and with no history of the
-case here (wall_alone), a wall-clock FAIL that the CPU clock does not back is unresolved.
+case here (wall_alone), a wall-clock FAIL that the CPU clock does not back is unresolved. Under A/B, whose pairs
+meet the machine's speed on both sides, one rule reads the probe: pairs launched in turn beside a neighbour
+(in_turn_beside_a_neighbour).
 """
 
 from __future__ import annotations
@@ -137,36 +139,47 @@ def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: 
     return settled, rows
 
 
-def core_share(medians: Mapping[str, Any]) -> float | None:
+def core_shortfall(medians: Mapping[str, Any]) -> float | None:
     """How much less than a whole core the probe's thread got in these runs: its matmul's wall-clock rate against
-    its CPU-time rate, less one (negative: something else took turns on the cores); None without both readings."""
+    its CPU-time rate, less one (negative: something else took turns on the cores); None without both readings. A
+    quiet machine reads about 0: -1.6..0 % in every CPU baseline measured on the 2-core VMs, those with loader workers
+    too (the probe runs outside the window)."""
     wall, cpu = medians.get("probe_matmul_gflops"), medians.get("probe_matmul_cpu_gflops")
     return wall / cpu - 1.0 if wall and cpu else None
 
 
-def in_turn_beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: float | None
-                               ) -> tuple[list[str], list[dict[str, Any]]]:
-    """An A/B FAIL of a CPU flavour whose pairs ran one launch after the other while a neighbour took ``turns`` on
-    the cores (core_share, the side that got less of them) is unresolved where those turns explain it: a rate or a
-    CPU time worse by no more than the turns and the metric's tolerance allow (``explained``). The two launches of a
-    pair meet the neighbour at different times, and a spell of it moves a launch of several processes further than
-    the probe's one thread, on both clocks (its ranks spin in gloo while a peer waits for a core). Beside two busy
-    processes on the 2-core VM, pairs in turn of one checkout under one interpreter read their fastest step
-    -14.5..+16.2 % and their CPU clock -14.9..+12.4 % apart (docs/measurements.md); duet pairs, launched at once,
-    meet the neighbour alike."""
+def in_turn_beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], reference: float | None,
+                               candidate: float | None) -> tuple[list[str], list[dict[str, Any]]]:
+    """An A/B FAIL of a CPU flavour whose pairs ran one launch after the other while a neighbour took turns on the
+    cores is unresolved where those turns explain it. The two launches of a pair meet the neighbour at different
+    times, and a spell of it moves a launch of several processes further than the probe's one thread, on both clocks
+    (its ranks spin in gloo while a peer waits for a core). Beside two busy processes on the 2-core VM, pairs in turn
+    of one checkout under one interpreter read their fastest step -14.5..+16.2 % and their CPU clock -14.9..+12.4 %
+    apart (docs/measurements.md); duet pairs, launched at once, meet the neighbour alike.
+
+    ``reference`` and ``candidate``: each side's core_shortfall. Both sides must show the turns, beyond each metric's
+    tolerance (a candidate whose own slowdown kept its probe off the cores does not excuse itself), and the smaller
+    of the two is what explains a change: a rate or a CPU time worse by no more than it and the tolerance allow
+    (``explained``). All or nothing: where one FAIL is beyond them, every FAIL stands."""
     settled = list(outcomes)
-    if turns is None:
+    if reference is None or candidate is None:
         return settled, []
+    turns = max(reference, candidate)
     drop = Drop(turns, "probe_matmul_gflops")
-    rows = []
-    for index, verdict in enumerate(verdicts):
-        cpu_time = clock(verdict.metric) == "cpu" and verdict.metric in CPU_TIME_METRICS
-        wall = clock(verdict.metric) == "wall" and moves_with_speed(verdict.metric)
-        if (settled[index] == "FAIL" and (cpu_time or wall) and turns < -verdict.tolerance
+    fails = [index for index, outcome in enumerate(settled) if outcome == "FAIL"]
+    for index in fails:
+        verdict = verdicts[index]
+        speed = (verdict.metric in CPU_TIME_METRICS if clock(verdict.metric) == "cpu"
+                 else moves_with_speed(verdict.metric))
+        if not (speed and turns < -verdict.tolerance
                 and covered(verdict, worsening(verdict.change, verdict.better), drop)):
-            settled[index] = "unresolved"
-            rows.append({"rule": "in turn", "metric": verdict.metric, "change": verdict.change,
-                         "turns_taken": turns, "explained": explained(verdict, drop)})
+            return settled, []
+    rows = []
+    for index in fails:
+        settled[index] = "unresolved"
+        verdict = verdicts[index]
+        rows.append({"rule": "in turn", "metric": verdict.metric, "change": verdict.change, "turns_taken": turns,
+                     "explained": explained(verdict, drop)})
     return settled, rows
 
 
