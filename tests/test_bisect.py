@@ -248,7 +248,8 @@ def test_an_unproven_slowdown_of_pairs_in_turn_beside_a_neighbour_says_to_launch
     bisect, _ = fake_bisect([(0.0, 0.01), in_turn])
     searches, lines, answered = bisect.ends()
     assert not searches and not answered
-    assert "after 3 pairs" in lines[0] and "launch the pairs at once (leave --perf-ab-in-turn out)" in lines[0]
+    assert "after 3 pairs" in lines[0]
+    assert "launch the pairs at once (on the local launcher, leave --perf-ab-in-turn out)" in lines[0]
     assert "--bisect-max-pairs" not in lines[0]
 
 

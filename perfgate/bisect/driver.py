@@ -86,8 +86,8 @@ class Bisect:
                 if unproven:
                     answered = False
                     in_turn = any(row.get("rule") == "in turn" for row in record.machine_drop)
-                    remedy = ("launch the pairs at once (leave --perf-ab-in-turn out), or bisect where no other job "
-                              "shares the cores: they ran in turn beside a neighbour" if in_turn
+                    remedy = ("they ran in turn beside a neighbour: launch the pairs at once (on the local launcher, "
+                              "leave --perf-ab-in-turn out), or bisect where no other job shares the cores" if in_turn
                               else "raise --bisect-max-pairs")
                     lines.append(f"{record.case}: an unproven slowdown between GOOD and BAD after {measured.pairs} "
                                  f"pairs: {bisection.changes(measured.rows)}; {remedy}")

@@ -119,7 +119,8 @@ class ABGate(Gate):
                     ) -> tuple[list[str], list[dict[str, Any]]]:
         """Pairs of a CPU flavour in turn: a FAIL that a neighbour's turns on the cores explain, as both sides' probes
         read them, is unresolved (machine_drop.in_turn_beside_a_neighbour); duet pairs meet the neighbour alike, and
-        calibrated values have had the probe divided out already."""
+        under --perf-calibrate, whose values the probe has scaled, no rule reads the probe, as against a stored
+        baseline."""
         if self.duet or self.plan.run.kind != "cpu" or self.settings.calibrate:
             return outcomes, []
         reference, candidate = (machine_drop.core_shortfall(side.measurement.medians())
