@@ -105,9 +105,8 @@ def turns_taken(then: Mapping[str, Any], now: Mapping[str, Any]) -> float | None
     its CPU-time rate, set against the same ratio then (negative: a neighbour took turns on the cores); None without
     both readings both times. The matmul's, not the copy's: memory shared with another tenant moves both of the
     copy's readings, turns on the cores the wall clock's alone."""
-    wall = probe_change(then, now, "probe_matmul_gflops")
-    cpu = probe_change(then, now, "probe_matmul_cpu_gflops")
-    return None if wall is None or cpu is None else (1.0 + wall) / (1.0 + cpu) - 1.0
+    before, after = core_shortfall(then), core_shortfall(now)
+    return None if before is None or after is None else (1.0 + after) / (1.0 + before) - 1.0
 
 
 def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: float | None, *,
@@ -169,10 +168,8 @@ def in_turn_beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str],
     fails = [index for index, outcome in enumerate(settled) if outcome == "FAIL"]
     for index in fails:
         verdict = verdicts[index]
-        speed = (verdict.metric in CPU_TIME_METRICS if clock(verdict.metric) == "cpu"
-                 else moves_with_speed(verdict.metric))
-        if not (speed and turns < -verdict.tolerance
-                and covered(verdict, worsening(verdict.change, verdict.better), drop)):
+        if not (turns < -verdict.tolerance and covered(verdict, worsening(verdict.change, verdict.better),
+                                                        drop_on(verdict.metric, drop, drop))):
             return settled, []
     rows = []
     for index in fails:
