@@ -11,6 +11,12 @@ out) as ``perfgate store-sessions`` would have stored them (judge.session_spread
 case, how many unchanged sessions FAILed as recorded and as decided so, how many planted ones FAILed, and the
 smallest slowdown the gate said a stored baseline catches there. A session's runs are those it recorded: a rule
 that would have asked for more runs cannot be replayed.
+
+    python benchmarks/stored_sessions.py --history results/history.db --with-stored
+
+also counts the sessions each baseline file already stores (sessions of other hours or days, stored before the
+history's) among every session's others: give it the baselines as they were before the history's sessions were
+stored, or those sessions count twice.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
@@ -57,10 +64,12 @@ def as_stored(order: int, result: Result) -> StoredSession:
                          result.measured.get(CALIBRATION_PROBE))
 
 
-def decided(result: Result, others: list[Result], measured: dict) -> tuple[str, list[dict]]:
-    """The session's outcome with ``others`` (unchanged sessions) stored with the baseline."""
+def decided(result: Result, others: list[Result], measured: dict, stored: Sequence[StoredSession] = ()
+            ) -> tuple[str, list[dict]]:
+    """The session's outcome with ``stored`` (already in the baseline file, older) and ``others`` (unchanged
+    sessions of the history) stored with the baseline."""
     rows, now = result.metrics, result.measured
-    spreads = session_spread.stored([as_stored(order, other) for order, other in enumerate(others)],
+    spreads = session_spread.stored([*stored, *(as_stored(order, other) for order, other in enumerate(others))],
                                     [row["metric"] for row in rows], now.get(CALIBRATION_PROBE), "the other sessions")
     raw = [row.get("against_baseline") or recorded_alone(row["verdict"]) for row in rows]
     verdicts = [RecordedVerdict.of(row, alone) for row, alone in zip(rows, raw)]
@@ -75,6 +84,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--history", default="results/history.db", help="the results database (make perf's)")
     parser.add_argument("--baseline-dir", type=Path, default=REPO / "baselines")
+    parser.add_argument("--with-stored", action="store_true",
+                        help="count the sessions each baseline file already stores among every session's others")
     args = parser.parse_args()
     print("| case | unchanged sessions | FAIL as recorded | FAIL with the others stored | unresolved | planted "
           "(size): FAIL as recorded / with the others stored | catches (median, unchanged sessions) |")
@@ -84,11 +95,12 @@ def main() -> int:
         if baseline is None:
             continue
         measured = baseline.provenance.get("measured", {})
+        stored = baseline.sessions if args.with_stored else ()
         results = [r for r in results if r.workload_version == baseline.workload_version]
         unchanged = [r for r in results if not r.injected_slowdown]
         planted = [r for r in results if r.injected_slowdown]
-        again = [decided(r, [o for o in unchanged if o is not r], measured) for r in unchanged]
-        caught = [decided(r, unchanged, measured)[0] for r in planted]
+        again = [decided(r, [o for o in unchanged if o is not r], measured, stored) for r in unchanged]
+        caught = [decided(r, unchanged, measured, stored)[0] for r in planted]
         sizes = ", ".join(f"{size:.0%}" for size in sorted({r.injected_slowdown for r in planted}))
         catches = [min(row["catchable"] for row in rows) for _, rows in again if rows]
         print(f"| {case} | {len(unchanged)} | {sum(r.verdict == 'FAIL' for r in unchanged)} | "

@@ -40,3 +40,15 @@ def test_a_session_within_the_other_sessions_spread_is_unresolved_and_a_slowdown
     assert rows[0]["sessions"] == 5 and rows[0]["catchable"] > 0.14
     assert stored_sessions.decided(session(2.2, planted=1.0), unchanged, MEASURED)[0] == "FAIL"
     assert stored_sessions.decided(drifted, unchanged[:3], MEASURED)[0] == "FAIL", "too few sessions to tell"
+
+
+def test_sessions_the_baseline_file_already_stores_count_among_the_others():
+    """An evening session 8 % slower than the afternoon's sessions (issue 47's family 25 VM) FAILs against them
+    alone, and is unresolved once the evening's sessions that the baseline file already stores count too."""
+    afternoon = [session(value) for value in (1.10, 1.09, 1.11, 1.10, 1.09, 1.11)]
+    evening = [stored_sessions.as_stored(order, session(value))
+               for order, value in enumerate((1.18, 1.19, 1.17, 1.18, 1.20))]
+    an_evening = session(1.19)
+    assert stored_sessions.decided(an_evening, afternoon, MEASURED)[0] == "FAIL"
+    outcome, rows = stored_sessions.decided(an_evening, afternoon, MEASURED, evening)
+    assert outcome == "unresolved" and rows[0]["sessions"] == 11

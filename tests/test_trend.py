@@ -348,10 +348,17 @@ def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_f
     shown = capsys.readouterr().out
     assert f"{path}: 7 session(s) stored, 7 of them new from {url}" in shown
     assert re.search(r"c-cpu +hw +\S+ \S+ +abc +FAIL +fastest_step_samples_per_second +88 +-12\.0%", shown), shown
-    assert re.search(r"c-cpu +hw +fastest_step_samples_per_second +7 +-1\.0% +3\.0% +5\.0% +6\.5% +9\.7%", shown), shown
+    assert re.search(r"c-cpu +hw +fastest_step_samples_per_second +7 +-2\.3% +5\.0% +5\.0% +11\.4% +16\.2%", shown), shown
+    assert f"the sessions stored in {path} span as little as 0 h 00 min: a shared machine has spells" in shown
     assert not (baseline_dir / "hw" / "d-cpu.json").exists()
     assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
     assert baselines.load(path).sessions == stored and "7 session(s) stored, 0 of them new" in capsys.readouterr().out
+    yesterday = dataclasses.replace(stored[0], recorded_at=(datetime.datetime.fromisoformat(stored[0].recorded_at)
+                                                            - datetime.timedelta(days=1)).isoformat())
+    baselines.write(path, dataclasses.replace(baselines.load(path), sessions=(yesterday, *stored)))
+    assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
+    shown = capsys.readouterr().out
+    assert "8 session(s) stored" in shown and "span as little" not in shown, "sessions a day apart"
     later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).astimezone(
         datetime.timezone(datetime.timedelta(hours=2)))
     assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir), "--since", later.isoformat()]) == 2
@@ -466,8 +473,8 @@ def test_the_spread_between_sessions_is_learned_from_one_branch_when_asked(tmp_p
 
 @pytest.mark.launches
 def test_a_stored_baseline_is_judged_with_the_spread_of_the_sessions_the_history_holds(repo, monkeypatch):
-    """Five unchanged sessions of the sleeper replayed up to 2.5 % apart into the history, each passing its 3 %
-    baseline: a session 5 % slower is then unresolved, saying what this machine can catch, and so is it in a clone
+    """Five unchanged sessions of the sleeper replayed up to 6 % apart into the history, each passing its 3 %
+    baseline: a session 4 % slower is then unresolved, saying what this machine can catch, and so is it in a clone
     with no history once the sessions are stored with the baseline (perfgate store-sessions); a twice slower one
     still fails."""
     recorded = record(repo.path / "sleeper.py", repo.path / "recorded", steps=8)
@@ -480,10 +487,10 @@ def test_a_stored_baseline_is_judged_with_the_spread_of_the_sessions_the_history
         metric: dataclasses.replace(stored.metrics[metric], tolerance=0.03)}))
     judged = ["-p", "no:cacheprovider", "--perf-repeats", "3", "--perf-max-repeats", "3", "--baseline-dir", "b",
               "--hardware-class", "hw", "--perf-history=history.db"]
-    for scale in (1.0, 1.02, 0.98, 1.025, 0.99):
+    for scale in (1.0, 1.029, 0.972, 1.029, 0.972):
         replay_in_sessions(monkeypatch, recorded, scale=scale)
         repo.runpytest_subprocess(*judged, timeout=300)
-    replay_in_sessions(monkeypatch, recorded, scale=1.05)
+    replay_in_sessions(monkeypatch, recorded, scale=1.04)
     within = repo.runpytest_subprocess(*judged, timeout=300)
     within.assert_outcomes(passed=1)
     within.stdout.fnmatch_lines(["*SessionSpreadWarning: sleeper-sleep-cpu: unresolved on hw: worse than the baseline, "

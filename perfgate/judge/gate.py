@@ -409,7 +409,8 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
     worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
     outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
     if cpu_flavour:
-        outcomes, neighbour_rows = machine_drop.beside_a_neighbour(verdicts, outcomes, turns, raw=raw, known=against)
+        outcomes, neighbour_rows = machine_drop.beside_a_neighbour(
+            verdicts, outcomes, turns, raw=raw, known=against, slower_cores={row["metric"] for row in drop_rows})
         outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against)
         drop_rows += neighbour_rows + alone_rows
     return outcomes, spread_rows, drop_rows

@@ -110,7 +110,8 @@ def turns_taken(then: Mapping[str, Any], now: Mapping[str, Any]) -> float | None
 
 
 def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: float | None, *,
-                       raw: Sequence[str], known: Collection[str] = ()) -> tuple[list[str], list[dict[str, Any]]]:
+                       raw: Sequence[str], known: Collection[str] = (), slower_cores: Collection[str] = ()
+                       ) -> tuple[list[str], list[dict[str, Any]]]:
     """A CPU flavour's wall-clock FAIL in a session where the probe saw a neighbour take turns on the cores (its
     thread got less of them than at the baseline, by more than the metric's tolerance) is unresolved while no
     CPU-clock metric FAILed, against the baseline (``raw``) or after the other rules, once the gate has measured
@@ -121,10 +122,15 @@ def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: 
     (docs/measurements.md). Slower code does more work and moves the CPU clock, which the turns do not slow; a CPU
     clock that stayed inconclusive to the cap counts as not FAILed, and a regression that only waits (a sleep, a
     lock) is left unresolved too. A metric whose spread the history knows (``known``) is session_spread's to
-    decide."""
+    decide. A CPU-clock FAIL that the probe's drop by CPU time covers (``slower_cores``: the metrics judge left
+    unresolved so) held as far as the machine let it: beside two busy processes the OpenCLIP bf16 case read its CPU
+    clock 6.5 % worse while the probe's CPU-time rate ran 7.0 % slower, and its fastest step 42.0 % slower while the
+    probe's thread got 32 % less of the cores (docs/measurements.md). Left unresolved by another rule (the spread
+    between sessions), a CPU-clock FAIL still counts as one, and the wall-clock FAIL stands."""
     settled = list(outcomes)
     cpu = [index for index, verdict in enumerate(verdicts) if clock(verdict.metric) == "cpu"]
-    if turns is None or not cpu or any("FAIL" in (raw[index], settled[index]) for index in cpu):
+    if turns is None or not cpu or any("FAIL" in (raw[index], settled[index]) and not (
+            settled[index] == "unresolved" and verdicts[index].metric in slower_cores) for index in cpu):
         return settled, []
     rows = []
     for index, verdict in enumerate(verdicts):
@@ -244,8 +250,9 @@ def describe(row: Mapping[str, Any]) -> str:
     if row.get("rule") == "neighbour":
         return (f"{row['metric']}: {row['change']:+.1%}, but a neighbour took turns on the cores: the machine-speed "
                 f"probe's thread got {-row['turns_taken']:.0%} less of them than at the baseline, and no CPU-clock "
-                f"metric FAILed ({row['cpu_clock']}): slower code moves the CPU clock too, and a workload of several "
-                "processes beside a neighbour slows further than the probe's one thread")
+                f"metric FAILed beyond the machine's own drop ({row['cpu_clock']}): slower code moves the CPU clock "
+                "too, and a workload of several processes beside a neighbour slows further than the probe's one "
+                "thread")
     if row.get("rule") == "wall alone":
         probe = ("" if row["probe_change"] is None
                  else f"; the machine-speed probe's {kernel(row)} ran {row['probe_change']:+.1%}")

@@ -3,17 +3,23 @@
 A stored baseline's tolerance comes from the spread of the launches inside the session that measured it. On a shared
 runner a case moves further between sessions (caches, clocks, neighbours that come and go), and no statistic inside
 one session sees that. The results history (``--perf-history``) holds what the case's earlier sessions read on this
-hardware class: their median says where an unchanged session lands against the baseline, their spread how far it
-strays. A regression the gate would call inside that spread is left unresolved, never a FAIL; a session worse than
-their median beyond the spread fails even where the baseline, outrun by the machine since, would pass it; a pass
-says how large a slowdown the machine lets a stored baseline catch, and the A/B command that catches a smaller one.
-Where the history holds too few such sessions (a fresh clone, a CI job without a shared database), the sessions
-stored with the baseline (``perfgate store-sessions``) stand in for it.
+hardware class: their mean says where an unchanged session lands against the baseline, and the wider of their
+standard deviation and their robust spread how far it strays. A robust spread alone takes the fewer sessions of a
+machine's spell for outliers (on issue 47's family 25 VM an evening session read 4-9 % slower per sample than six
+afternoon sessions that spread 2.4 %, at the same probe reading), and the spell's next session FAILs; the standard
+deviation counts them once they are among the sessions (docs/measurements.md). A session disturbed far off widens
+the spread too: a false FAIL costs more than a wider tolerance. A regression the gate would call inside that spread
+is left unresolved, never a FAIL; a session worse than the sessions' mean beyond the spread fails even where the
+baseline, outrun by the machine since, would pass it; a pass says how large a slowdown the machine lets a stored
+baseline catch, and the A/B command that catches a smaller one. Where the history holds too few such sessions (a
+fresh clone, a CI job without a shared database), the sessions stored with the baseline (``perfgate
+store-sessions``) stand in for it.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -21,18 +27,21 @@ from perfgate.judge.baselines import StoredSession
 from perfgate.measure import stats
 
 FALSE_ALARM_Z = 1.645
-"""One unchanged session in 20 reads this many spreads worse than the sessions' median (one-sided normal)."""
+"""One unchanged session in 20 reads this many spreads worse than the sessions' mean (one-sided normal, taking the
+spread as known: from 5-10 sessions it is itself uncertain, and the rate nearer 1 in 12-15)."""
 CATCH_Z = 1.282
-"""A slowdown that moves the median this many spreads past the least tolerance fails 9 sessions in 10."""
+"""A slowdown that moves the mean this many spreads past the least tolerance fails 9 sessions in 10."""
 CONFIRM_Z = 2.326
-"""A session this many spreads worse than the sessions' median happens to 1 unchanged session in 100: enough to FAIL
+"""A session this many spreads worse than the sessions' mean happens to 1 unchanged session in 100: enough to FAIL
 a session that the stored baseline would pass."""
 MIN_SESSIONS = 5
 """Fewer sessions than this say too little about the spread: the stored tolerance alone judges that metric."""
 MAX_SESSIONS = 30
 """The newest sessions only: a machine's spread changes as its neighbours do."""
 CENTRE_VARIANCE = math.pi / 2
-"""The variance of a median of n normal values, in units of sigma^2 / n: the centre's own uncertainty."""
+"""The centre's own uncertainty, in units of sigma^2 / n: a median's of normal values. A mean of normal values would
+have 1, but sessions with a spell among them are not normal values, and a false FAIL costs more than a wider
+tolerance."""
 LIKE_MACHINE = 0.25
 """How far a session's probe may read from this one's for its values to count: wide enough for the sessions of one
 condition, narrow enough to keep a quiet hour's apart from a loaded one's (docs/measurements.md)."""
@@ -40,7 +49,8 @@ condition, narrow enough to keep a quiet hour's apart from a loaded one's (docs/
 
 @dataclass(frozen=True)
 class SessionSpread:
-    """One gated metric's unchanged sessions on this hardware class: their median, robust relative spread, count."""
+    """One gated metric's unchanged sessions on this hardware class: their mean, relative spread (the wider of the
+    standard deviation and the robust spread) and count."""
 
     metric: str
     centre: float
@@ -54,7 +64,9 @@ class SessionSpread:
         kept = list(values)[-MAX_SESSIONS:]
         if len(kept) < MIN_SESSIONS or stats.median(kept) <= 0:
             return None
-        return cls(metric, stats.median(kept), stats.relative_spread(kept), len(kept), where)
+        centre = statistics.fmean(kept)
+        spread = max(statistics.stdev(kept) / centre, stats.relative_spread(kept))
+        return cls(metric, centre, spread, len(kept), where)
 
     @property
     def width(self) -> float:
@@ -70,11 +82,11 @@ class SessionSpread:
         return max(tolerance, self.offset(baseline, better) + FALSE_ALARM_Z * self.width)
 
     def against(self, value: float, better: str) -> float:
-        """How much worse than the unchanged sessions' median ``value`` is (negative: better)."""
+        """How much worse than the unchanged sessions' mean ``value`` is (negative: better)."""
         return worsening(value / self.centre - 1.0, better)
 
     def confirming(self, tolerance: float) -> float:
-        """How much worse than the sessions' median a session must read to FAIL whatever the baseline says: the
+        """How much worse than the sessions' mean a session must read to FAIL whatever the baseline says: the
         tolerance (a session's own noise) and 2.326 spreads (between sessions) added as independent deviations are,
         in quadrature; the larger of the two alone failed unchanged builds on a loaded machine whose CPU clock had
         drifted, and their sum missed most 10 % plants (docs/measurements.md)."""
@@ -122,7 +134,7 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
           ) -> tuple[list[str], list[dict[str, Any]]]:
     """The outcomes once each metric's session spread is known, and a row per metric that has one.
 
-    A session worse than the unchanged sessions' median by more than ``confirming`` on every gated metric FAILs, even
+    A session worse than the unchanged sessions' mean by more than ``confirming`` on every gated metric FAILs, even
     where the baseline, outrun by the machine since, would pass it: slower code does more work or waits longer, and
     moves every clock it is gated on. Worse than them on some metrics only, it is unresolved: a loaded machine moves
     its CPU clock alone by as much (docs/measurements.md). A FAIL against the baseline stays a FAIL beyond the least

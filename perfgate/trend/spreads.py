@@ -23,7 +23,7 @@ PLANT = "planted_fraction"
 """The metric that a result measured with a planted slowdown has."""
 ACCEPTED = ("pass", "stale")
 """The outcomes of the values counted: those the gate let through. A regression that stays, FAILing or left
-unresolved session after session, must not become the sessions' median and pass."""
+unresolved session after session, must not become the sessions' mean and pass."""
 
 
 class SessionHistory:

@@ -37,6 +37,10 @@ SPREAD_HEADER = ("case", "hardware class", "metric", "sessions", "unchanged vs b
                  "least tolerance", "catches")
 
 
+A_DAY_PART = datetime.timedelta(hours=12)
+"""Stored sessions closer together than this may all fall in one of a shared machine's fast or slow spells: on issue
+47's family 25 VM an evening read 4-9 % slower per sample than six afternoon sessions (docs/measurements.md)."""
+
 JUDGED = ("pass", "stale", "unresolved", "FAIL")
 """The verdicts of a session judged against the baseline: not a launch that failed (no whole medians), nor the
 session that measured a baseline (its medians are the baseline's own)."""
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         paired = {key: database.compared_with_a_reference(*key) for key in groups}
     finally:
         database.close()
-    session_rows, spread_rows = [], []
+    session_rows, spread_rows, spans = [], [], []
     for (case, hardware_class), found in sorted(groups.items()):
         path = args.baseline_dir / hardware_class / f"{case}.json"
         baseline = baselines.load(path)
@@ -98,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         before = {identity(session) for session in baseline.sessions}
         print(f"perfgate store-sessions: {path}: {len(kept)} session(s) stored, "
               f"{sum(identity(session) not in before for session in kept)} of them new from {database.shown}")
+        spans.append((span(kept), path))
         session_rows += listed(baseline, sessions)
         spread_rows += spread(baseline, kept)
     if not spread_rows:
@@ -106,6 +111,13 @@ def run(args: argparse.Namespace) -> int:
                              "default, since the baseline was measured): run the suite with --perf-history first")
     print("\n".join(table(session_rows, SESSION_HEADER)))
     print("\n".join(table(spread_rows, SPREAD_HEADER)))
+    short = [(taken, path) for taken, path in spans if taken < A_DAY_PART]
+    if short:
+        hours, minutes = divmod(int(min(short)[0].total_seconds()) // 60, 60)
+        print(f"perfgate store-sessions: the sessions stored in {', '.join(str(path) for _, path in short)} span as "
+              f"little as {hours} h {minutes:02} min: a shared machine has spells that sessions of one stretch of "
+              "hours do not hold, and a session in one may FAIL; store sessions from other times of day too "
+              "(docs/gate.md)")
     return 0
 
 
@@ -144,6 +156,12 @@ def unchanged_sessions(points: Sequence[Point], baseline: Baseline, paired: set[
             sessions.append((StoredSession(recorded.isoformat(), medians, by_metric.get(CALIBRATION_PROBE),
                                            first.commit), first.verdict))
     return sorted(sessions, key=lambda pair: pair[0].recorded_at)
+
+
+def span(sessions: Sequence[StoredSession]) -> datetime.timedelta:
+    """From the first stored session to the last."""
+    times = [utc(datetime.datetime.fromisoformat(session.recorded_at)) for session in sessions]
+    return max(times) - min(times)
 
 
 def identity(session: StoredSession) -> tuple[str, str | None]:
