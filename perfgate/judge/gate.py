@@ -401,8 +401,8 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
     """The outcomes once this machine is weighed: the spread between its sessions (session_spread), then the probe's
     drop by the wall clock and by its CPU time (machine_drop), which reads the CPU clock in ``raw`` (the outcomes
     against the baseline alone) and compares each drop with what each metric on its clock FAILed against, then, where
-    ``cpu_flavour`` (a CPU flavour against a stored baseline), a wall-clock FAIL while no CPU-clock metric FAILed in a
-    session a neighbour took ``turns`` in, and a FAIL of the wall clock alone on a metric whose spread no history
+    ``cpu_flavour`` (a CPU flavour against a stored baseline), a wall-clock FAIL while no CPU-clock metric FAILed
+    beyond the probe's drop by CPU time in a session a neighbour took ``turns`` in, and a FAIL of the wall clock alone on a metric whose spread no history
     knows. Returns the outcomes and each rule's rows."""
     outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
     against = {row["metric"]: row["against_sessions"] for row in spread_rows}
@@ -410,7 +410,8 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
     outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
     if cpu_flavour:
         outcomes, neighbour_rows = machine_drop.beside_a_neighbour(
-            verdicts, outcomes, turns, raw=raw, known=against, slower_cores={row["metric"] for row in drop_rows})
+            verdicts, outcomes, turns, raw=raw, known=against,
+            slower_cores=machine_drop.held_on_slower_cores(verdicts, raw, worse, cores))
         outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against)
         drop_rows += neighbour_rows + alone_rows
     return outcomes, spread_rows, drop_rows

@@ -122,11 +122,10 @@ def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: 
     (docs/measurements.md). Slower code does more work and moves the CPU clock, which the turns do not slow; a CPU
     clock that stayed inconclusive to the cap counts as not FAILed, and a regression that only waits (a sleep, a
     lock) is left unresolved too. A metric whose spread the history knows (``known``) is session_spread's to
-    decide. A CPU-clock FAIL that the probe's drop by CPU time covers (``slower_cores``: the metrics judge left
-    unresolved so) held as far as the machine let it: beside two busy processes the OpenCLIP bf16 case read its CPU
-    clock 6.5 % worse while the probe's CPU-time rate ran 7.0 % slower, and its fastest step 42.0 % slower while the
-    probe's thread got 32 % less of the cores (docs/measurements.md). Left unresolved by another rule (the spread
-    between sessions), a CPU-clock FAIL still counts as one, and the wall-clock FAIL stands."""
+    decide. A CPU-clock FAIL that the probe's drop by CPU time covers (``slower_cores``, held_on_slower_cores) and
+    another rule left unresolved held as far as the machine let it: beside two busy processes the OpenCLIP bf16 case
+    read its CPU clock 6.5 % worse while the probe's CPU-time rate ran 7.0 % slower, and its fastest step 42.0 %
+    slower while the probe's thread got 32 % less of the cores (docs/measurements.md)."""
     settled = list(outcomes)
     cpu = [index for index, verdict in enumerate(verdicts) if clock(verdict.metric) == "cpu"]
     if turns is None or not cpu or any("FAIL" in (raw[index], settled[index]) and not (
@@ -184,6 +183,16 @@ def in_turn_beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str],
         rows.append({"rule": "in turn", "metric": verdict.metric, "change": verdict.change, "turns_taken": turns,
                      "explained": explained(verdict, drop)})
     return settled, rows
+
+
+def held_on_slower_cores(verdicts: Sequence[Any], raw: Sequence[str], worse: Sequence[float], cores: Drop | None
+                         ) -> set[str]:
+    """The CPU-clock metrics that FAILed against the baseline (``raw``) by no more than the probe's drop by CPU time
+    explains (covered), whichever rule then settled them: the cores ran slower, the code did no more work that the
+    CPU clock shows. ``worse``: how much worse each is than what it FAILed against (judge's)."""
+    return {verdict.metric for verdict, outcome, by in zip(verdicts, raw, worse)
+            if clock(verdict.metric) == "cpu" and outcome == "FAIL" and covered(verdict, by, drop_on(verdict.metric,
+                                                                                                      None, cores))}
 
 
 def awaits_cpu_clock(verdicts: Sequence[Any], turns: float | None, known: Collection[str] = ()) -> bool:

@@ -5,7 +5,7 @@ runner a case moves further between sessions (caches, clocks, neighbours that co
 one session sees that. The results history (``--perf-history``) holds what the case's earlier sessions read on this
 hardware class: their mean says where an unchanged session lands against the baseline, and the wider of their
 standard deviation and their robust spread how far it strays. A robust spread alone takes the fewer sessions of a
-machine's spell for outliers (on issue 47's family 25 VM an evening session read 4-9 % slower per sample than six
+machine's spell for outliers (on issue 47's family 25 VM two evening sessions read 4-9 % slower per sample than six
 afternoon sessions that spread 2.4 %, at the same probe reading), and the spell's next session FAILs; the standard
 deviation counts them once they are among the sessions (docs/measurements.md). A session disturbed far off widens
 the spread too: a false FAIL costs more than a wider tolerance. A regression the gate would call inside that spread
@@ -28,7 +28,7 @@ from perfgate.measure import stats
 
 FALSE_ALARM_Z = 1.645
 """One unchanged session in 20 reads this many spreads worse than the sessions' mean (one-sided normal, taking the
-spread as known: from 5-10 sessions it is itself uncertain, and the rate nearer 1 in 12-15)."""
+spread as known: from 5-10 sessions it is itself uncertain, and the rate nearer 1 in 12-16)."""
 CATCH_Z = 1.282
 """A slowdown that moves the mean this many spreads past the least tolerance fails 9 sessions in 10."""
 CONFIRM_Z = 2.326
@@ -62,9 +62,9 @@ class SessionSpread:
     def of(cls, metric: str, values: Sequence[float], where: str) -> SessionSpread | None:
         """From the sessions' values (each a session's median), newest last; None for too few to tell."""
         kept = list(values)[-MAX_SESSIONS:]
-        if len(kept) < MIN_SESSIONS or stats.median(kept) <= 0:
+        centre = statistics.fmean(kept) if len(kept) >= MIN_SESSIONS else 0.0
+        if centre <= 0:
             return None
-        centre = statistics.fmean(kept)
         spread = max(statistics.stdev(kept) / centre, stats.relative_spread(kept))
         return cls(metric, centre, spread, len(kept), where)
 
@@ -120,8 +120,9 @@ def stored(sessions: Sequence[StoredSession], metrics: Sequence[str], machine: f
         if len(having) < MIN_SESSIONS:
             continue
         span = f"{having[0].recorded_at[:16]} to {having[-1].recorded_at[:16]} UTC"
-        found[metric] = SessionSpread.of(metric, [session.medians[metric] for session in having],
-                                         f"{where}, stored, {span}")
+        spread = SessionSpread.of(metric, [session.medians[metric] for session in having], f"{where}, stored, {span}")
+        if spread is not None:
+            found[metric] = spread
     return found
 
 
