@@ -402,8 +402,8 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
     drop by the wall clock and by its CPU time (machine_drop), which reads the CPU clock in ``raw`` (the outcomes
     against the baseline alone) and compares each drop with what each metric on its clock FAILed against, then, where
     ``cpu_flavour`` (a CPU flavour against a stored baseline), a wall-clock FAIL while no CPU-clock metric FAILed
-    beyond the probe's drop by CPU time in a session a neighbour took ``turns`` in, and a FAIL of the wall clock alone on a metric whose spread no history
-    knows. Returns the outcomes and each rule's rows."""
+    beyond the probe's drop by CPU time in a session a neighbour took ``turns`` in, and a FAIL of the wall clock
+    alone on a metric whose spread no history knows. Returns the outcomes and each rule's rows."""
     outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
     against = {row["metric"]: row["against_sessions"] for row in spread_rows}
     worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]

@@ -191,8 +191,8 @@ def held_on_slower_cores(verdicts: Sequence[Any], raw: Sequence[str], worse: Seq
     explains (covered), whichever rule then settled them: the cores ran slower, the code did no more work that the
     CPU clock shows. ``worse``: how much worse each is than what it FAILed against (judge's)."""
     return {verdict.metric for verdict, outcome, by in zip(verdicts, raw, worse)
-            if clock(verdict.metric) == "cpu" and outcome == "FAIL" and covered(verdict, by, drop_on(verdict.metric,
-                                                                                                      None, cores))}
+            if clock(verdict.metric) == "cpu" and outcome == "FAIL"
+            and covered(verdict, by, drop_on(verdict.metric, None, cores))}
 
 
 def awaits_cpu_clock(verdicts: Sequence[Any], turns: float | None, known: Collection[str] = ()) -> bool:

@@ -62,8 +62,7 @@ class SessionSpread:
     def of(cls, metric: str, values: Sequence[float], where: str) -> SessionSpread | None:
         """From the sessions' values (each a session's median), newest last; None for too few to tell."""
         kept = list(values)[-MAX_SESSIONS:]
-        centre = statistics.fmean(kept) if len(kept) >= MIN_SESSIONS else 0.0
-        if centre <= 0:
+        if len(kept) < MIN_SESSIONS or (centre := statistics.fmean(kept)) <= 0:
             return None
         spread = max(statistics.stdev(kept) / centre, stats.relative_spread(kept))
         return cls(metric, centre, spread, len(kept), where)
