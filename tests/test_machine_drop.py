@@ -296,7 +296,7 @@ def test_a_cpu_clock_fail_that_the_machines_slower_cores_explain_still_witnesses
     unresolved); the fastest step -42.0 %, the probe's thread 32 % off the cores."""
     verdicts = [Verdict(WALL, -0.420, "higher", 0.06), Verdict(CPU, +0.065, "lower", 0.05)]
     outcomes, rows = machine_drop.beside_a_neighbour(verdicts, ["FAIL", "unresolved"], -0.32, raw=["FAIL", "FAIL"],
-                                                     slower_cores={CPU})
+                                                     held={CPU})
     assert outcomes == ["unresolved", "unresolved"] and rows[0]["cpu_clock"] == f"{CPU} +6.5% unresolved"
     assert machine_drop.beside_a_neighbour(verdicts, ["FAIL", "unresolved"], -0.32, raw=["FAIL", "FAIL"])[0] == [
         "FAIL", "unresolved"], "not among the metrics the cores' drop covers: no witness"
@@ -345,10 +345,10 @@ def test_the_gate_measures_on_until_the_cpu_clock_decides_a_wall_clock_fail_besi
     assert measurer.launches == 4, "the wall clock FAILed in 3 runs, the CPU clock in 4: no run more"
 
 
-def test_a_cpu_clock_fail_the_slower_cores_explain_witnesses_for_the_neighbour_whichever_rule_settled_it():
+def test_a_cpu_clock_fail_within_what_the_machine_does_witnesses_for_the_neighbour_whichever_rule_settled_it():
     """The same loaded session through the gate's rules in order: the CPU clock's FAIL, covered by the probe's drop by
-    CPU time, releases the wall clock whether that drop or the spread between sessions left it unresolved; beyond
-    the drop, within the spread, it does not."""
+    CPU time or within the spread between sessions, releases the wall clock whichever left it unresolved; beyond
+    both, it does not."""
     verdicts = [Verdict(WALL, -0.420, "higher", 0.06), Verdict(CPU, +0.065, "lower", 0.05)]
     for verdict, baseline in zip(verdicts, (34.5, 0.0634)):
         verdict.baseline, verdict.outcome = baseline, "FAIL"
@@ -360,7 +360,10 @@ def test_a_cpu_clock_fail_the_slower_cores_explain_witnesses_for_the_neighbour_w
     outcomes, _, rows = machine_rules({CPU: cpu_spread}, verdicts, **rules)
     assert outcomes == ["unresolved", "unresolved"] and [row["rule"] for row in rows] == ["neighbour"]
     outcomes, _, rows = machine_rules({CPU: cpu_spread}, verdicts, **{**rules, "cores": matmul(-0.01, "cpu")})
-    assert outcomes == ["FAIL", "unresolved"] and not rows, "the CPU clock worse than the cores' drop explains"
+    assert outcomes == ["unresolved", "unresolved"] and [row["rule"] for row in rows] == ["neighbour"], \
+        "worse than the cores' drop explains, within the sessions' spread"
+    outcomes, _, rows = machine_rules({}, verdicts, **{**rules, "cores": matmul(-0.01, "cpu")})
+    assert outcomes == ["FAIL", "FAIL"] and not rows, "the CPU clock worse than the cores' drop explains, no spread"
 
 
 def test_the_gate_leaves_a_loaded_session_unresolved_where_slower_cores_explain_the_cpu_clock_and_turns_the_wall(

@@ -178,7 +178,8 @@ class Gate:
             turns = machine_drop.turns_taken(then, now) if weighs else None
             spreads = self.session_spreads(baseline, now.get(metrics.CALIBRATION_PROBE))
             more = undecided({v.outcome for v in verdicts}) or (
-                plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(verdicts, turns, known=spreads))
+                plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(verdicts, turns,
+                                                                      known=session_spread.like_only(spreads)))
             if not more or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
@@ -239,10 +240,15 @@ class Gate:
     def session_spreads(self, baseline: baselines.Baseline, machine: float | None) -> dict[str, SessionSpread]:
         """Each gated metric's spread between unchanged sessions on a machine like this one (given its probe,
         ``machine``): from the results history where it holds enough of them, else from the sessions stored with the
-        baseline (none under --perf-calibrate: they hold values as measured)."""
-        kept = {} if self.settings.calibrate else session_spread.stored(baseline.sessions, list(baseline.metrics),
-                                                                         machine, self.reference.where)
-        return {**kept, **self.spreads(machine)}
+        baseline (none under --perf-calibrate: they hold values as measured); else from all of them, which may only
+        excuse (session_spread.with_unlike)."""
+        def read(like: float | None) -> dict[str, SessionSpread]:
+            kept = {} if self.settings.calibrate else session_spread.stored(baseline.sessions, list(baseline.metrics),
+                                                                             like, self.reference.where)
+            return {**kept, **self.spreads(like)}
+
+        found = read(machine)
+        return found if machine is None else session_spread.with_unlike(found, read(None))
 
     def weigh_turns(self, verdicts: list[baselines.MetricVerdict], outcomes: list[str]
                     ) -> tuple[list[str], list[dict[str, Any]]]:
@@ -402,16 +408,17 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
     drop by the wall clock and by its CPU time (machine_drop), which reads the CPU clock in ``raw`` (the outcomes
     against the baseline alone) and compares each drop with what each metric on its clock FAILed against, then, where
     ``cpu_flavour`` (a CPU flavour against a stored baseline), a wall-clock FAIL while no CPU-clock metric FAILed
-    beyond the probe's drop by CPU time in a session a neighbour took ``turns`` in, and a FAIL of the wall clock
+    beyond the probe's drop by CPU time or the spread between sessions in a session a neighbour took ``turns`` in,
+    and a FAIL of the wall clock
     alone on a metric whose spread no history knows. Returns the outcomes and each rule's rows."""
     outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
-    against = {row["metric"]: row["against_sessions"] for row in spread_rows}
+    against = {row["metric"]: row["against_sessions"] for row in spread_rows if not row["unlike"]}
     worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
     outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
     if cpu_flavour:
         outcomes, neighbour_rows = machine_drop.beside_a_neighbour(
             verdicts, outcomes, turns, raw=raw, known=against,
-            slower_cores=machine_drop.held_on_slower_cores(verdicts, raw, worse, cores))
+            held=machine_drop.held_on_slower_cores(verdicts, raw, worse, cores) | session_spread.held(spread_rows))
         outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against)
         drop_rows += neighbour_rows + alone_rows
     return outcomes, spread_rows, drop_rows

@@ -110,7 +110,7 @@ def turns_taken(then: Mapping[str, Any], now: Mapping[str, Any]) -> float | None
 
 
 def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: float | None, *,
-                       raw: Sequence[str], known: Collection[str] = (), slower_cores: Collection[str] = ()
+                       raw: Sequence[str], known: Collection[str] = (), held: Collection[str] = ()
                        ) -> tuple[list[str], list[dict[str, Any]]]:
     """A CPU flavour's wall-clock FAIL in a session where the probe saw a neighbour take turns on the cores (its
     thread got less of them than at the baseline, by more than the metric's tolerance) is unresolved while no
@@ -122,14 +122,15 @@ def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: 
     (docs/measurements.md). Slower code does more work and moves the CPU clock, which the turns do not slow; a CPU
     clock that stayed inconclusive to the cap counts as not FAILed, and a regression that only waits (a sleep, a
     lock) is left unresolved too. A metric whose spread the history knows (``known``) is session_spread's to
-    decide. A CPU-clock FAIL that the probe's drop by CPU time covers (``slower_cores``, held_on_slower_cores) and
-    another rule left unresolved held as far as the machine let it: beside two busy processes the OpenCLIP bf16 case
-    read its CPU clock 6.5 % worse while the probe's CPU-time rate ran 7.0 % slower, and its fastest step 42.0 %
-    slower while the probe's thread got 32 % less of the cores (docs/measurements.md)."""
+    decide. A CPU-clock FAIL that another rule left unresolved as within what the machine does (``held``: the
+    probe's drop by CPU time covers it, held_on_slower_cores, or the spread between sessions holds it) held as far
+    as the machine let it, and is no sign of more work: beside two busy processes the OpenCLIP bf16 case read its
+    CPU clock 6.5 % worse while the probe's CPU-time rate ran 7.0 % slower, and its fastest step 42.0 % slower while
+    the probe's thread got 32 % less of the cores (docs/measurements.md)."""
     settled = list(outcomes)
     cpu = [index for index, verdict in enumerate(verdicts) if clock(verdict.metric) == "cpu"]
     if turns is None or not cpu or any("FAIL" in (raw[index], settled[index]) and not (
-            settled[index] == "unresolved" and verdicts[index].metric in slower_cores) for index in cpu):
+            settled[index] == "unresolved" and verdicts[index].metric in held) for index in cpu):
         return settled, []
     rows = []
     for index, verdict in enumerate(verdicts):

@@ -20,20 +20,22 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from perfgate.judge.baselines import StoredSession
 from perfgate.measure import stats
 
-FALSE_ALARM_Z = 1.645
-"""One unchanged session in 20 reads this many spreads worse than the sessions' mean (one-sided normal, taking the
-spread as known: from 5-10 sessions it is itself uncertain, and the rate nearer 1 in 12-16)."""
-CATCH_Z = 1.282
-"""A slowdown that moves the mean this many spreads past the least tolerance fails 9 sessions in 10."""
-CONFIRM_Z = 2.326
-"""A session this many spreads worse than the sessions' mean happens to 1 unchanged session in 100: enough to FAIL
-a session that the stored baseline would pass."""
+FALSE_ALARM = 0.90
+"""The two-sided confidence of Student's t whose upper side one unchanged session in 20 reads worse than: a new
+session strays around a mean and a spread that are both estimated from the sessions. The normal's 1.645, taking the
+spread as known, let through 1 session in 11 from 5 sessions and 1 in 15 from 11."""
+CATCH = 0.80
+"""A slowdown that moves the mean this far (Student's t, two-sided 80 %) past the least tolerance fails 9 sessions in
+10."""
+CONFIRM = 0.98
+"""A session this far worse than the sessions' mean (Student's t, two-sided 98 %) happens to 1 unchanged session in
+100: enough to FAIL a session that the stored baseline would pass."""
 MIN_SESSIONS = 5
 """Fewer sessions than this say too little about the spread: the stored tolerance alone judges that metric."""
 MAX_SESSIONS = 30
@@ -50,13 +52,15 @@ condition, narrow enough to keep a quiet hour's apart from a loaded one's (docs/
 @dataclass(frozen=True)
 class SessionSpread:
     """One gated metric's unchanged sessions on this hardware class: their mean, relative spread (the wider of the
-    standard deviation and the robust spread) and count."""
+    standard deviation and the robust spread) and count. ``unlike``: too few of them ran on a machine like this
+    one, so all count, and they may excuse a FAIL but never make one (``with_unlike``)."""
 
     metric: str
     centre: float
     spread: float
     sessions: int
     where: str
+    unlike: bool = False
 
     @classmethod
     def of(cls, metric: str, values: Sequence[float], where: str) -> SessionSpread | None:
@@ -66,6 +70,10 @@ class SessionSpread:
             return None
         spread = max(statistics.stdev(kept) / centre, stats.relative_spread(kept))
         return cls(metric, centre, spread, len(kept), where)
+
+    def quantile(self, confidence: float) -> float:
+        """How many widths a new session strays to one side at the two-sided ``confidence``."""
+        return stats.t_quantile(confidence, self.sessions - 1)
 
     @property
     def width(self) -> float:
@@ -78,7 +86,7 @@ class SessionSpread:
 
     def least_tolerance(self, baseline: float, better: str, tolerance: float) -> float:
         """The least worsening that 19 unchanged sessions in 20 stay within, never under the stored tolerance."""
-        return max(tolerance, self.offset(baseline, better) + FALSE_ALARM_Z * self.width)
+        return max(tolerance, self.offset(baseline, better) + self.quantile(FALSE_ALARM) * self.width)
 
     def against(self, value: float, better: str) -> float:
         """How much worse than the unchanged sessions' mean ``value`` is (negative: better)."""
@@ -86,21 +94,21 @@ class SessionSpread:
 
     def confirming(self, tolerance: float) -> float:
         """How much worse than the sessions' mean a session must read to FAIL whatever the baseline says: the
-        tolerance (a session's own noise) and 2.326 spreads (between sessions) added as independent deviations are,
+        tolerance (a session's own noise) and CONFIRM's spreads (between sessions) added as independent deviations are,
         in quadrature; the larger of the two alone failed unchanged builds on a loaded machine whose CPU clock had
         drifted, and their sum missed most 10 % plants (docs/measurements.md)."""
-        return math.hypot(tolerance, CONFIRM_Z * self.width)
+        return math.hypot(tolerance, self.quantile(CONFIRM) * self.width)
 
     def catchable(self, baseline: float, better: str, tolerance: float, past_sessions: float = math.inf) -> float:
         """The smallest slowdown that fails 9 sessions in 10 on this machine: past the least tolerance against
         ``baseline``, or ``past_sessions``, the slowdown that takes every gated metric past its ``confirming``
         margin (``sessions_catch``), whichever is smaller."""
         past_baseline = self.least_tolerance(baseline, better, tolerance) - self.offset(baseline, better)
-        return min(past_baseline + CATCH_Z * self.width, past_sessions)
+        return min(past_baseline + self.quantile(CATCH) * self.width, past_sessions)
 
     def sessions_catch(self, tolerance: float) -> float:
         """The slowdown that takes this metric past its ``confirming`` margin 9 sessions in 10."""
-        return self.confirming(tolerance) + CATCH_Z * self.width
+        return self.confirming(tolerance) + self.quantile(CATCH) * self.width
 
 
 def like(probe: float | None, machine: float) -> bool:
@@ -125,6 +133,22 @@ def stored(sessions: Sequence[StoredSession], metrics: Sequence[str], machine: f
     return found
 
 
+def with_unlike(like_spreads: Mapping[str, SessionSpread], every_spread: Mapping[str, SessionSpread]
+                ) -> dict[str, SessionSpread]:
+    """Each metric's spread from the sessions like this one (``like_spreads``), else from all of them
+    (``every_spread``), marked ``unlike``. A loaded session judged by quiet ones alone FAILed the CPU clock within
+    how far the quiet ones strayed (issue 47's family 25 VM, docs/measurements.md): sessions unlike it say how far
+    the machine strays over time, if not how far a loaded hour moves it, so they may leave a FAIL unresolved; they
+    say nothing of where a session like this one should land, so they never make one."""
+    return {**{metric: replace(spread, unlike=True) for metric, spread in every_spread.items()
+               if metric not in like_spreads}, **like_spreads}
+
+
+def like_only(spreads: Mapping[str, SessionSpread]) -> set[str]:
+    """The metrics whose spread sessions like this one tell: the ones the probe's rules leave to this module."""
+    return {metric for metric, spread in spreads.items() if not spread.unlike}
+
+
 def worsening(change: float, better: str) -> float:
     """A relative change as how much worse it is (negative: better)."""
     return -change if better == "higher" else change
@@ -138,16 +162,18 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
     where the baseline, outrun by the machine since, would pass it: slower code does more work or waits longer, and
     moves every clock it is gated on. Worse than them on some metrics only, it is unresolved: a loaded machine moves
     its CPU clock alone by as much (docs/measurements.md). A FAIL against the baseline stays a FAIL beyond the least
-    tolerance and is unresolved within it. ``verdicts``: the gate's MetricVerdicts, ``outcomes`` their settled
-    outcomes."""
+    tolerance and is unresolved within it. An ``unlike`` spread does that last only. ``verdicts``: the gate's
+    MetricVerdicts, ``outcomes`` their settled outcomes."""
     settled, rows = list(outcomes), []
     found = {index: spreads[verdict.metric] for index, verdict in enumerate(verdicts) if verdict.metric in spreads}
     against = {index: spread.against(verdicts[index].baseline * (1.0 + verdicts[index].change), verdicts[index].better)
                for index, spread in found.items()}
-    beyond = {index: against[index] > spread.confirming(verdicts[index].tolerance) for index, spread in found.items()}
+    beyond = {index: not spread.unlike and against[index] > spread.confirming(verdicts[index].tolerance)
+              for index, spread in found.items()}
     every_clock = len(beyond) == len(verdicts) and all(beyond.values())
     past_sessions = (max(spread.sessions_catch(verdicts[index].tolerance) for index, spread in found.items())
-                     if found and len(found) == len(verdicts) else math.inf)
+                     if found and len(found) == len(verdicts) and not any(s.unlike for s in found.values())
+                     else math.inf)
     for index, verdict in enumerate(verdicts):
         spread = found.get(index)
         if spread is None:
@@ -167,16 +193,28 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
             "confirming": spread.confirming(verdict.tolerance),
             "catchable": spread.catchable(verdict.baseline, verdict.better, verdict.tolerance, past_sessions),
             "against_sessions": against_sessions, "outcome": settled[index], "history": spread.where,
-            "outran_baseline": spread.offset(verdict.baseline, verdict.better) < -verdict.tolerance,
+            "outran_baseline": (not spread.unlike
+                                and spread.offset(verdict.baseline, verdict.better) < -verdict.tolerance),
+            "unlike": spread.unlike,
         })
     return settled, rows
+
+
+def held(rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The metrics ``judge`` left unresolved (its ``rows``): a FAIL against the baseline among them is within how far
+    unchanged sessions stray, no sign that the code does more work."""
+    return {row["metric"] for row in rows if row["outcome"] == "unresolved"}
+
+
+UNLIKE = "; too few ran on a machine like this one by the probe, so they may leave a FAIL unresolved, never make one"
 
 
 def describe(row: Mapping[str, Any]) -> str:
     """One metric's standing against its session spread, for a verdict's message."""
     return (f"{row['metric']}: {row['against_sessions']:+.1%} worse than the unchanged sessions; those read "
             f"{row['unchanged_change']:+.1%} against the baseline, "
-            f"spread {row['session_spread']:.1%} ({row['sessions']} sessions in {row['history']}), so a change "
+            f"spread {row['session_spread']:.1%} ({row['sessions']} sessions in {row['history']}"
+            f"{UNLIKE if row.get('unlike') else ''}), so a change "
             f"counts only beyond {row['least_tolerance']:.1%} against the baseline (one unchanged session in 20 strays "
             f"further) or {row['confirming']:.1%} against the sessions; a stored baseline catches a slowdown of "
             f"{row['catchable']:.1%} or more here")

@@ -145,14 +145,30 @@ def compare_runs(baseline: Sequence[float], current: Sequence[float], confidence
 
 
 T_QUANTILES = {
+    0.80: (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372, 1.363, 1.356, 1.350, 1.345, 1.341,
+           1.337, 1.333, 1.330, 1.328, 1.325, 1.323, 1.321, 1.319, 1.318, 1.316, 1.315, 1.314, 1.313, 1.311, 1.310,
+           1.282),
+    0.90: (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
+           1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697,
+           1.645),
     0.95: (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
            2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
            1.960),
     0.99: (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977, 2.947,
            2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750,
            2.576),
+    0.98: (31.821, 6.965, 4.541, 3.747, 3.365, 3.143, 2.998, 2.896, 2.821, 2.764, 2.718, 2.681, 2.650, 2.624, 2.602,
+           2.583, 2.567, 2.552, 2.539, 2.528, 2.518, 2.508, 2.500, 2.492, 2.485, 2.479, 2.473, 2.467, 2.462, 2.457,
+           2.326),
 }
 """Two-sided Student's t quantiles for 1..30 degrees of freedom, then the normal's for more, per confidence."""
+
+
+def t_quantile(confidence: float, degrees_of_freedom: int) -> float:
+    """The two-sided Student's t quantile at ``confidence`` (a key of T_QUANTILES), whose one side holds
+    (1 + confidence) / 2."""
+    quantiles = T_QUANTILES[confidence]
+    return quantiles[min(degrees_of_freedom, len(quantiles)) - 1]
 
 SEQUENTIAL_CONFIDENCE = 0.99
 """The paired interval's confidence where it is looked at after every pair, up to 20 times (--perf-ab-resolve): 95 % at
@@ -181,8 +197,7 @@ def compare_pairs(reference: Sequence[float], current: Sequence[float], confiden
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return Comparison(math.exp(mean) - 1.0, -math.inf, math.inf, None, 1.0)
-    quantiles = T_QUANTILES[confidence]
-    half = quantiles[min(len(logs) - 2, len(quantiles) - 1)] * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = t_quantile(confidence, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return Comparison(math.exp(mean) - 1.0, math.exp(mean - half) - 1.0, math.exp(mean + half) - 1.0, None, 1.0)
 
 
