@@ -106,7 +106,7 @@ def main() -> int:
         again = [decided(r, [o for o in unchanged if o is not r], measured, stored) for r in unchanged]
         caught = [decided(r, unchanged, measured, stored)[0] for r in planted]
         sizes = ", ".join(f"{size:.0%}" for size in sorted({r.injected_slowdown for r in planted}))
-        catches = [min(row["catchable"] for row in rows) for _, rows in again if rows]
+        catches = [min(like) for _, rows in again if (like := [row["catchable"] for row in rows if not row["unlike"]])]
         print(f"| {case} | {len(unchanged)} | {sum(r.verdict == 'FAIL' for r in unchanged)} | "
               f"{sum(outcome == 'FAIL' for outcome, _ in again)} | {sum(outcome == 'unresolved' for outcome, _ in again)}"
               f" | ({sizes or '-'}): {sum(r.verdict == 'FAIL' for r in planted)} / {caught.count('FAIL')} of "

@@ -286,7 +286,8 @@ def test_a_wall_clock_fail_beside_a_neighbour_is_unresolved_while_no_cpu_clock_m
     if expected == "unresolved":
         assert machine_drop.describe(rows[0]).startswith(
             f"{WALL}: -44.6%, but a neighbour took turns on the cores: the machine-speed probe's thread got 30% less "
-            f"of them than at the baseline, and no CPU-clock metric FAILed beyond the machine's own drop ({CPU} "
+            f"of them than at the baseline, and no CPU-clock metric FAILed beyond the machine's own drop or how far "
+            f"its sessions stray ({CPU} "
             f"+32.3% {cpu_outcome})")
 
 
@@ -364,6 +365,27 @@ def test_a_cpu_clock_fail_within_what_the_machine_does_witnesses_for_the_neighbo
         "worse than the cores' drop explains, within the sessions' spread"
     outcomes, _, rows = machine_rules({}, verdicts, **{**rules, "cores": matmul(-0.01, "cpu")})
     assert outcomes == ["FAIL", "FAIL"] and not rows, "the CPU clock worse than the cores' drop explains, no spread"
+
+
+def test_a_loaded_session_judged_by_unlike_sessions_is_unresolved_where_they_hold_the_cpu_clock_and_turns_the_wall():
+    """resnet50-fp32-synthetic-w0-bucket25-cpu beside two busy processes (2026-11-29, 20:33), judged by the ten quiet
+    sessions stored with its baseline: the CPU clock +9.7 % while the probe's CPU-time rate read -0.1 %, within how
+    far those sessions strayed on it; the fastest step -37.4 % while the probe's thread got less of the cores. The
+    wall clock's unlike spread is no spread the probe's rules defer to: the neighbour rule still releases it."""
+    verdicts = [Verdict(WALL, -0.374, "higher", 0.06), Verdict(CPU, +0.097, "lower", 0.05)]
+    for verdict, baseline in zip(verdicts, (10.0, 0.25)):
+        verdict.baseline, verdict.outcome = baseline, "FAIL"
+    quiet = {WALL: SessionSpread(WALL, 10.0 * 1.068, 0.088, 10, "b.json", unlike=True),
+             CPU: SessionSpread(CPU, 0.25 * 1.058, 0.061, 10, "b.json", unlike=True)}
+    rules = dict(raw=["FAIL", "FAIL"], machine=matmul(-0.38), cores=matmul(-0.001, "cpu"), turns=-0.37,
+                 cpu_flavour=True)
+    outcomes, spread_rows, rows = machine_rules(quiet, verdicts, **rules)
+    assert [row["outcome"] for row in spread_rows] == ["FAIL", "unresolved"]
+    assert outcomes == ["unresolved", "unresolved"] and [row["rule"] for row in rows] == ["neighbour"]
+    assert machine_rules({}, verdicts, **rules)[0] == ["FAIL", "FAIL"], "by the tolerance alone: the false FAIL"
+    beyond = [verdicts[0], Verdict(CPU, +0.20, "lower", 0.05)]
+    beyond[1].baseline, beyond[1].outcome = 0.25, "FAIL"
+    assert machine_rules(quiet, beyond, **rules)[0] == ["FAIL", "FAIL"], "the CPU clock beyond how far they strayed"
 
 
 def test_the_gate_leaves_a_loaded_session_unresolved_where_slower_cores_explain_the_cpu_clock_and_turns_the_wall(

@@ -248,7 +248,9 @@ class Gate:
             return {**kept, **self.spreads(like)}
 
         found = read(machine)
-        return found if machine is None else session_spread.with_unlike(found, read(None))
+        if machine is None or set(found) >= set(baseline.metrics):
+            return found
+        return session_spread.with_unlike(found, read(None))
 
     def weigh_turns(self, verdicts: list[baselines.MetricVerdict], outcomes: list[str]
                     ) -> tuple[list[str], list[dict[str, Any]]]:
@@ -268,7 +270,8 @@ class Gate:
     def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> Result:
         """A regression beyond the tolerance that this machine explains as well as the code: within how far
         unchanged sessions of the case stray here (1 in 20 reads that far), a drop that the probe's on the same
-        clock matches, the wall clock beside a neighbour while the CPU clock did not FAIL, the wall clock alone,
+        clock matches, the wall clock beside a neighbour while the CPU clock did not FAIL beyond what the machine
+        does, the wall clock alone,
         no history saying how far it strays, or A/B's pairs in turn beside a neighbour (machine_drop). Neither a
         FAIL nor a pass."""
         plan = self.plan
@@ -279,7 +282,7 @@ class Gate:
              "clocks only, as a loaded machine's CPU clock can be)", within_spread),
             ("the machine ran slower by as much, on the clocks it failed on",
              any(row["rule"] == "machine slower" for row in rows)),
-            ("a neighbour took turns on the cores and no CPU-clock metric FAILed",
+            ("a neighbour took turns on the cores and no CPU-clock metric FAILed beyond what the machine does",
              any(row["rule"] == "neighbour" for row in rows)),
             ("only its wall clock moved", any(row["rule"] == "wall alone" for row in rows)),
             ("its pairs ran one launch after the other while a neighbour took turns on the cores",

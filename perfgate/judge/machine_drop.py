@@ -260,7 +260,8 @@ def describe(row: Mapping[str, Any]) -> str:
     if row.get("rule") == "neighbour":
         return (f"{row['metric']}: {row['change']:+.1%}, but a neighbour took turns on the cores: the machine-speed "
                 f"probe's thread got {-row['turns_taken']:.0%} less of them than at the baseline, and no CPU-clock "
-                f"metric FAILed beyond the machine's own drop ({row['cpu_clock']}): slower code moves the CPU clock "
+                f"metric FAILed beyond the machine's own drop or how far its sessions stray ({row['cpu_clock']}): "
+                "slower code moves the CPU clock "
                 "too, and a workload of several processes beside a neighbour slows further than the probe's one "
                 "thread")
     if row.get("rule") == "wall alone":

@@ -154,12 +154,12 @@ T_QUANTILES = {
     0.95: (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
            2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
            1.960),
-    0.99: (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977, 2.947,
-           2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750,
-           2.576),
     0.98: (31.821, 6.965, 4.541, 3.747, 3.365, 3.143, 2.998, 2.896, 2.821, 2.764, 2.718, 2.681, 2.650, 2.624, 2.602,
            2.583, 2.567, 2.552, 2.539, 2.528, 2.518, 2.508, 2.500, 2.492, 2.485, 2.479, 2.473, 2.467, 2.462, 2.457,
            2.326),
+    0.99: (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977, 2.947,
+           2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750,
+           2.576),
 }
 """Two-sided Student's t quantiles for 1..30 degrees of freedom, then the normal's for more, per confidence."""
 
@@ -167,8 +167,11 @@ T_QUANTILES = {
 def t_quantile(confidence: float, degrees_of_freedom: int) -> float:
     """The two-sided Student's t quantile at ``confidence`` (a key of T_QUANTILES), whose one side holds
     (1 + confidence) / 2."""
+    if degrees_of_freedom < 1:
+        raise ValueError(f"Student's t needs at least one degree of freedom, not {degrees_of_freedom}")
     quantiles = T_QUANTILES[confidence]
     return quantiles[min(degrees_of_freedom, len(quantiles)) - 1]
+
 
 SEQUENTIAL_CONFIDENCE = 0.99
 """The paired interval's confidence where it is looked at after every pair, up to 20 times (--perf-ab-resolve): 95 % at
