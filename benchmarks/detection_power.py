@@ -246,7 +246,7 @@ def spreads_of(rows: list[dict], sessions: list[dict[str, float]]) -> dict[str, 
 def with_machine_rules(trials: list[dict], measured: dict[str, float]) -> list[tuple[bool, bool]]:
     """Each stored-baseline trial decided again as the gate now does: with the session spread a results history of
     the unplanted trials before it gives (--perf-history: a metric's value where it passed, in trials whose probe read
-    like this one's, judge.session_spread.like, else in all of them, to excuse only: with_unlike), with the probe's
+    like this one's, judge.session_spread.like, else on a machine as fast, to excuse only: with_unlike), with the probe's
     drop by the wall clock and by its CPU time, with a wall clock that failed beside a neighbour while the CPU clock
     did not, and with a wall clock that failed alone while no spread was known (judge.machine_drop). ``measured``:
     the baseline's probe readings (its provenance). Whether it fails, and whether the rules left it unresolved."""
@@ -258,7 +258,8 @@ def with_machine_rules(trials: list[dict], measured: dict[str, float]) -> list[t
                if (values := [run[name] for run in trial.get("probes", []) if run.get(name)])}
         probe = now.get(CALIBRATION_PROBE)
         like = [values for then, values in history if probe is None or session_spread.like(then, probe)]
-        found = session_spread.with_unlike(spreads_of(rows, like), spreads_of(rows, [values for _, values in history]))
+        no_slower = [values for then, values in history if session_spread.counts(then, probe, unlike=True)]
+        found = session_spread.with_unlike(spreads_of(rows, like), spreads_of(rows, no_slower))
         raw = [row.get("against_baseline") or recorded_alone(row["verdict"]) for row in rows]
         verdicts = [RecordedVerdict.of(row, alone) for row, alone in zip(rows, raw)]
         outcomes, _, _ = machine_rules(found, verdicts, raw,

@@ -8,7 +8,8 @@ Reads every judged stored-baseline session of each case that the history holds, 
 of sessions since the baseline, as ``perfgate store-sessions`` reads one) and decides each again by the gate's rules from what it recorded: its runs'
 verdicts against the baseline alone, its machine-speed probe, and the case's *other* unchanged sessions (leave one
 out) as ``perfgate store-sessions`` would have stored them (judge.session_spread.stored, with its machine filter,
-and all of them, to excuse only, where too few ran on a like machine: session_spread.with_unlike). Prints, per
+and those on a machine as fast or faster, to excuse only, where too few ran on a like machine:
+session_spread.with_unlike). Prints, per
 case, how many unchanged sessions FAILed as recorded and as decided so, how many planted ones FAILed, and the
 smallest slowdown the gate said a stored baseline catches there. A session's runs are those it recorded: a rule
 that would have asked for more runs cannot be replayed.
@@ -74,7 +75,7 @@ def decided(result: Result, others: list[Result], measured: dict, stored: Sequen
     metrics = [row["metric"] for row in rows]
     spreads = session_spread.with_unlike(
         session_spread.stored(sessions, metrics, now.get(CALIBRATION_PROBE), "the other sessions"),
-        session_spread.stored(sessions, metrics, None, "the other sessions"))
+        session_spread.stored(sessions, metrics, now.get(CALIBRATION_PROBE), "the other sessions", unlike=True))
     raw = [row.get("against_baseline") or recorded_alone(row["verdict"]) for row in rows]
     verdicts = [RecordedVerdict.of(row, alone) for row, alone in zip(rows, raw)]
     outcomes, spread_rows, _ = machine_rules(spreads, verdicts, raw, machine_drop.probe_drop(measured, now, "wall"),

@@ -91,7 +91,7 @@ class PerfGate:
             measurer.finish(settings.min_gpu_util)
             self.request.node.user_properties.extend(terminal.junit_properties(result))
 
-    def _session_history(self, planned: Plan) -> Callable[[float | None], dict[str, SessionSpread]] | None:
+    def _session_history(self, planned: Plan) -> Callable[[float | None, bool], dict[str, SessionSpread]] | None:
         """What the results history (--perf-history) tells the stored baseline's verdict; none when there is none,
         and under --update-baselines or --perf-calibrate (calibrated values are not what the history holds). Its
         libraries were found at configure."""

@@ -404,12 +404,14 @@ def test_the_spread_counts_a_metric_where_it_passed_in_sessions_on_a_machine_lik
     database.close()
     metric = "fastest_step_samples_per_second"
 
-    def learned(machine):
-        found = learn(url, "c-cpu", "hw", "1", [metric], machine=machine).get(metric)
+    def learned(machine, unlike=False):
+        found = learn(url, "c-cpu", "hw", "1", [metric], machine=machine, unlike=unlike).get(metric)
         return found and (found.centre, found.sessions)
 
     assert (learned(101.0), learned(56.0), learned(80.0)) == ((100.0, 5), (60.0, 5), None)
     assert learned(None)[1] == 10
+    assert (learned(80.0, unlike=True), learned(40.0, unlike=True), learned(110.0, unlike=True)) == (
+        (100.0, 5), (80.0, 10), None), "sessions on a machine at least as fast, to excuse only"
 
 
 def test_a_history_that_cannot_be_read_is_a_warning_and_the_baseline_alone_judges(tmp_path):

@@ -127,11 +127,11 @@ class Gate:
     def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
                  root: Path, pytest_args: str = "",
                  nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml,
-                 spreads: Callable[[float | None], dict[str, SessionSpread]] | None = None) -> None:
+                 spreads: Callable[[float | None, bool], dict[str, SessionSpread]] | None = None) -> None:
         """``spreads``: given the runs' machine-speed probe, each gated metric's spread between the sessions the
         results history holds on a machine like it (none: those stored with the baseline, if any, judge)."""
         self.plan = plan
-        self.spreads = spreads or (lambda machine: {})
+        self.spreads = spreads or (lambda machine, unlike: {})
         self.settings = settings
         self.measurer = measurer
         self.reference = reference
@@ -242,15 +242,15 @@ class Gate:
         ``machine``): from the results history where it holds enough of them, else from the sessions stored with the
         baseline (none under --perf-calibrate: they hold values as measured); else from all of them, which may only
         excuse (session_spread.with_unlike)."""
-        def read(like: float | None) -> dict[str, SessionSpread]:
+        def read(unlike: bool) -> dict[str, SessionSpread]:
             kept = {} if self.settings.calibrate else session_spread.stored(baseline.sessions, list(baseline.metrics),
-                                                                             like, self.reference.where)
-            return {**kept, **self.spreads(like)}
+                                                                             machine, self.reference.where, unlike)
+            return {**kept, **self.spreads(machine, unlike)}
 
-        found = read(machine)
+        found = read(unlike=False)
         if machine is None or set(found) >= set(baseline.metrics):
             return found
-        return session_spread.with_unlike(found, read(None))
+        return session_spread.with_unlike(found, read(unlike=True))
 
     def weigh_turns(self, verdicts: list[baselines.MetricVerdict], outcomes: list[str]
                     ) -> tuple[list[str], list[dict[str, Any]]]:

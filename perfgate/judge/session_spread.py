@@ -82,12 +82,8 @@ class SessionSpread:
         return self.spread * math.sqrt(1.0 + CENTRE_VARIANCE / self.sessions)
 
     def offset(self, baseline: float, better: str) -> float:
-        """How much worse than ``baseline`` an unchanged session typically reads (negative: better). Sessions
-        ``unlike`` this one do not say where it lands, only how far the machine strays: their offset counts only
-        where it narrows the least tolerance (loaded sessions that read 35 % slower would otherwise excuse a quiet
-        session's 30 % regression)."""
-        change = worsening(self.centre / baseline - 1.0, better)
-        return min(change, 0.0) if self.unlike else change
+        """How much worse than ``baseline`` an unchanged session typically reads (negative: better)."""
+        return worsening(self.centre / baseline - 1.0, better)
 
     def least_tolerance(self, baseline: float, better: str, tolerance: float) -> float:
         """The least worsening that 19 unchanged sessions in 20 stay within, never under the stored tolerance."""
@@ -121,11 +117,22 @@ def like(probe: float | None, machine: float) -> bool:
     return probe is not None and abs(probe / machine - 1.0) <= LIKE_MACHINE
 
 
-def stored(sessions: Sequence[StoredSession], metrics: Sequence[str], machine: float | None, where: object
-           ) -> dict[str, SessionSpread]:
-    """Each metric's spread between the ``sessions`` stored with the baseline at ``where`` that ran on a machine
-    like this one (given its probe, ``machine``)."""
-    kept = [session for session in sessions if machine is None or like(session.probe, machine)]
+def no_slower(probe: float | None, machine: float) -> bool:
+    """Whether a session whose probe read ``probe`` ran on a machine at least as fast as this one (``machine``)."""
+    return probe is not None and probe >= machine
+
+
+def counts(probe: float | None, machine: float | None, unlike: bool) -> bool:
+    """Whether a session whose probe read ``probe`` counts for this one (``machine``: its probe, None for any): like
+    it, or, for ``unlike`` spreads (with_unlike), at least as fast."""
+    return machine is None or (no_slower if unlike else like)(probe, machine)
+
+
+def stored(sessions: Sequence[StoredSession], metrics: Sequence[str], machine: float | None, where: object,
+           unlike: bool = False) -> dict[str, SessionSpread]:
+    """Each metric's spread between the ``sessions`` stored with the baseline at ``where`` that count for this one
+    (given its probe, ``machine``; ``counts``)."""
+    kept = [session for session in sessions if counts(session.probe, machine, unlike)]
     found = {}
     for metric in metrics:
         having = [session for session in kept if metric in session.medians][-MAX_SESSIONS:]
@@ -140,11 +147,13 @@ def stored(sessions: Sequence[StoredSession], metrics: Sequence[str], machine: f
 
 def with_unlike(like_spreads: Mapping[str, SessionSpread], every_spread: Mapping[str, SessionSpread]
                 ) -> dict[str, SessionSpread]:
-    """Each metric's spread from the sessions like this one (``like_spreads``), else from all of them
-    (``every_spread``), marked ``unlike``. A loaded session judged by quiet ones alone FAILed the CPU clock within
-    how far the quiet ones strayed (issue 47's family 25 VM, docs/measurements.md): sessions unlike it say how far
-    the machine strays over time, if not how far a loaded hour moves it, so they may leave a FAIL unresolved; they
-    say nothing of where a session like this one should land, so they never make one."""
+    """Each metric's spread from the sessions like this one (``like_spreads``), else from those that ran on a
+    machine at least as fast (``every_spread``), marked ``unlike``. A loaded session judged by its tolerance alone
+    FAILed the CPU clock within how far the quiet sessions stored strayed (issue 47's family 25 VM,
+    docs/measurements.md). Sessions on a faster machine say how far the machine strays over time, and where a
+    session lands at best, not how far a slower hour moves it: they may leave a FAIL unresolved, never make one.
+    Sessions on a slower machine (loaded ones, for a quiet session) read worse than this one should, and would
+    excuse a regression: they never count."""
     return {**{metric: replace(spread, unlike=True) for metric, spread in every_spread.items()
                if metric not in like_spreads}, **like_spreads}
 
@@ -211,7 +220,8 @@ def held(rows: Sequence[Mapping[str, Any]]) -> set[str]:
     return {row["metric"] for row in rows if row["outcome"] == "unresolved"}
 
 
-UNLIKE = "; too few ran on a machine like this one by the probe, so they may leave a FAIL unresolved, never make one"
+UNLIKE = ("; too few ran on a machine like this one by the probe, so these, on machines as fast or faster, may leave a "
+          "FAIL unresolved, never make one")
 
 
 def describe(row: Mapping[str, Any]) -> str:

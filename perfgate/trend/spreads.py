@@ -5,7 +5,8 @@ and not measured beside an A/B reference (whose cores it shared), since the newe
 history is a change of the code or the machine, not noise. A metric's value counts where that metric passed (or
 was stale) in its session, and, given this session's machine-speed probe, only in sessions whose probe read like it:
 a machine shared with busy neighbours moves even the CPU clock (docs/gate.md), so sessions of a quiet hour say
-nothing of how far a loaded one strays, nor the other way round.
+nothing of how far a loaded one strays, nor the other way round; where too few are like it, those on a machine at
+least as fast may excuse a FAIL, never make one (session_spread.with_unlike).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import warnings
 from typing import Sequence
 
 from perfgate.judge.gate import SessionSpreadWarning
-from perfgate.judge.session_spread import MIN_SESSIONS, SessionSpread, like
+from perfgate.judge.session_spread import MIN_SESSIONS, SessionSpread, counts
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.trend.analysis import series
 from perfgate.trend.database import DatabaseError, NoDatabase, Point, ResultsDatabase
@@ -36,10 +37,10 @@ class SessionHistory:
         self.url, self.branch, self.case = url, branch, case
         self.hardware_class, self.workload_version, self.metrics = hardware_class, workload_version, metrics
 
-    def __call__(self, machine: float | None) -> dict[str, SessionSpread]:
+    def __call__(self, machine: float | None, unlike: bool = False) -> dict[str, SessionSpread]:
         try:
             return learn(self.url, self.case, self.hardware_class, self.workload_version, self.metrics, self.branch,
-                         machine)
+                         machine, unlike)
         except (DatabaseError, OSError) as exc:
             warnings.warn(SessionSpreadWarning(f"{self.case}: the spread between sessions was not read ({exc}); the "
                                                "sessions stored with the baseline, or else its tolerance alone, judge"))
@@ -47,10 +48,10 @@ class SessionHistory:
 
 
 def learn(url: str, case: str, hardware_class: str, workload_version: str, metrics: Sequence[str],
-          branch: str | None = None, machine: float | None = None) -> dict[str, SessionSpread]:
-    """The spreads of ``metrics`` in the database at ``url`` (from the sessions on ``branch`` where given, and like
-    ``machine``, this session's probe, where given); none where it holds nothing yet; DatabaseError where it cannot
-    be read. Opened as a reader: the session's recorder makes it, at the end."""
+          branch: str | None = None, machine: float | None = None, unlike: bool = False) -> dict[str, SessionSpread]:
+    """The spreads of ``metrics`` in the database at ``url`` (from the sessions on ``branch`` where given, and that
+    count for ``machine``, this session's probe, where given: session_spread.counts); none where it holds nothing
+    yet; DatabaseError where it cannot be read. Opened as a reader: the session's recorder makes it, at the end."""
     try:
         database = ResultsDatabase(url, create=False)
     except NoDatabase:
@@ -62,17 +63,17 @@ def learn(url: str, case: str, hardware_class: str, workload_version: str, metri
         database.close()
     where = f"{database.shown}, branch {branch}" if branch else database.shown
     return spreads([point for point in points if point.result_id not in paired], case, workload_version, metrics,
-                   where, machine)
+                   where, machine, unlike)
 
 
 def spreads(points: Sequence[Point], case: str, workload_version: str, metrics: Sequence[str], where: str,
-            machine: float | None = None) -> dict[str, SessionSpread]:
+            machine: float | None = None, unlike: bool = False) -> dict[str, SessionSpread]:
     planted = {point.result_id for point in points if point.metric == PLANT and point.value > 0}
     probes = {point.result_id: point.value for point in points if point.metric == CALIBRATION_PROBE}
     kept = [point for point in points if point.case == case and point.metric in metrics
             and point.workload_version == workload_version and point.result_id not in planted
             and (point.metric_verdict or point.verdict) in ACCEPTED
-            and (machine is None or like(probes.get(point.result_id), machine))]
+            and counts(probes.get(point.result_id), machine, unlike)]
     found = {}
     for one in series(kept):
         values, told = since_the_change(one.values, [start for start, _, _ in one.segments()])
