@@ -134,7 +134,7 @@ def summarize(trials: list[dict], sizes: list[float]) -> list[str]:
 
 def promised(trial: dict) -> float | None:
     """The smallest slowdown the gate said this session could catch (its best metric's), where a spread judged it."""
-    figures = [row["catchable"] for row in trial.get("session_spread", [])]
+    figures = [row["catchable"] for row in trial.get("session_spread", []) if not row.get("unlike")]
     return min(figures) if figures else None
 
 

@@ -7,7 +7,7 @@ from fakes import FakeMeasurer, make_plan
 
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines, machine_drop
-from perfgate.judge.baselines import Baseline, MetricBaseline
+from perfgate.judge.baselines import Baseline, MetricBaseline, StoredSession
 from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning, machine_rules
 from perfgate.judge.session_spread import SessionSpread
 from perfgate.measure import stats
@@ -344,6 +344,30 @@ def test_the_gate_measures_on_until_the_cpu_clock_decides_a_wall_clock_fail_besi
     with pytest.raises(CaseFailed, match="performance regression"):
         gate.check()
     assert measurer.launches == 4, "the wall clock FAILed in 3 runs, the CPU clock in 4: no run more"
+
+
+def test_sessions_unlike_this_one_do_not_stop_the_gate_measuring_on_for_the_cpu_clock(tmp_path):
+    """The U-Net beside two busy processes again, with ten quiet sessions stored (probe 64.9, faster): they give the
+    wall clock an unlike spread, which is no spread the neighbour rule defers to, so the gate still runs on to its
+    cap for the CPU clock, and leaves the case unresolved."""
+    plan = make_plan(tmp_path, gated=(WALL, CPU))
+    quiet = tuple(StoredSession(f"2026-11-29T{10 + hour:02}:00:00+00:00", {WALL: wall, CPU: cpu}, 64.9, "abc")
+                  for hour, (wall, cpu) in enumerate(zip((12.1, 12.3, 12.4, 12.5, 12.6) * 2,
+                                                         (0.160, 0.163, 0.165, 0.167, 0.170) * 2)))
+    baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", {
+        WALL: MetricBaseline(12.43, "higher", 0.074, "samples/s", (12.1, 12.3, 12.43, 12.5, 12.6)),
+        CPU: MetricBaseline(0.165, "lower", 0.109, "CPU s/sample", (0.150, 0.160, 0.165, 0.170, 0.180))},
+        provenance={"measured": {"probe_matmul_gflops": 64.9, "probe_matmul_cpu_gflops": 65.0}}, workload_version="1",
+        sessions=quiet))
+    runs = [{WALL: wall, CPU: cpu} for wall, cpu in zip((6.89, 6.95, 6.80, 6.90, 6.85, 6.92),
+                                                         (0.164, 0.2185, 0.232, 0.150, 0.240, 0.160))]
+    measurer = FakeMeasurer(plan, runs, probe={"probe_matmul_gflops": 42.9, "probe_matmul_cpu_gflops": 61.2})
+    gate = Gate(plan, Settings(repeats=3, max_repeats=6), measurer, StoredBaseline(plan.baseline_file),
+                root=plan.spec.workdir, nvml=lambda: (None, "no NVML"))
+    with pytest.warns(UnresolvedVerdictWarning, match="a neighbour took turns on the cores"):
+        assert gate.check().verdict == "unresolved"
+    assert measurer.launches == 6, "to the cap, for the CPU clock"
+    assert all(row["unlike"] for row in gate.result.session_spread)
 
 
 def test_a_cpu_clock_fail_within_what_the_machine_does_witnesses_for_the_neighbour_whichever_rule_settled_it():

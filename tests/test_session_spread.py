@@ -100,9 +100,9 @@ def test_a_pass_worse_than_the_unchanged_sessions_beyond_their_spread_fails():
 
 
 def test_sessions_unlike_this_one_may_leave_a_fail_unresolved_but_never_make_one():
-    """Too few sessions ran on a machine like this one, so all of them judge, marked unlike: they leave a FAIL within
-    their least tolerance unresolved, but a session worse than them beyond their spread keeps what the baseline
-    said, on every clock."""
+    """Too few sessions ran on a machine like this one, so those on one at least as fast judge, marked unlike: they
+    leave a FAIL within their least tolerance unresolved, but a session worse than them beyond their spread keeps
+    what the baseline said, on every clock."""
     quiet = replace(spread(centre=108.0, relative=0.01), unlike=True)
     outcomes, rows = session_spread.judge({METRIC: quiet}, [Verdict(-0.028)], ["pass"])
     assert outcomes == ["pass"] and rows[0]["unlike"] and not rows[0]["outran_baseline"], \
@@ -215,7 +215,7 @@ def gate(plan, values, spreads, probe=None, asked=None, **settings):
 
 def test_the_spread_is_asked_for_with_the_runs_machine_speed_probe_once_they_are_measured(tmp_path):
     """Sessions on a machine like this one's are what the spread is learned from (session_spread.like); then, for the
-    metrics they leave without one, all sessions, to excuse only (session_spread.with_unlike)."""
+    metrics they leave without one, those on a machine at least as fast, to excuse only (session_spread.with_unlike)."""
     plan = make_plan(tmp_path)
     store(plan)
     asked = []
@@ -314,6 +314,10 @@ def test_stored_sessions_count_only_on_a_machine_like_theirs_and_the_history_com
         assert gate(plan, [90.0, 90.5, 91.0], {}, probe=55.0).check().verdict == "unresolved"
     with pytest.raises(CaseFailed, match="performance regression"):
         gate(plan, [80.0, 80.5, 81.0], {}, probe=55.0).check()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SessionSpreadWarning)
+        assert gate(plan, [99.0, 100.0, 101.0], {}, probe=55.0).check().verdict == "pass", \
+            "a pass is not blunted by sessions unlike it"
     store(plan, sessions([value * 0.9 for value in SPREAD], probe=55.0))
     with pytest.raises(CaseFailed, match="performance regression"):
         gate(plan, [90.0, 90.5, 91.0], {}, probe=100.0).check()

@@ -129,7 +129,8 @@ class Gate:
                  nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml,
                  spreads: Callable[[float | None, bool], dict[str, SessionSpread]] | None = None) -> None:
         """``spreads``: given the runs' machine-speed probe, each gated metric's spread between the sessions the
-        results history holds on a machine like it (none: those stored with the baseline, if any, judge)."""
+        results history holds on a machine like it, or, asked for ``unlike`` ones, at least as fast (none: those
+        stored with the baseline, if any, judge)."""
         self.plan = plan
         self.spreads = spreads or (lambda machine, unlike: {})
         self.settings = settings
@@ -240,8 +241,8 @@ class Gate:
     def session_spreads(self, baseline: baselines.Baseline, machine: float | None) -> dict[str, SessionSpread]:
         """Each gated metric's spread between unchanged sessions on a machine like this one (given its probe,
         ``machine``): from the results history where it holds enough of them, else from the sessions stored with the
-        baseline (none under --perf-calibrate: they hold values as measured); else from all of them, which may only
-        excuse (session_spread.with_unlike)."""
+        baseline (none under --perf-calibrate: they hold values as measured); else from those on a machine at least
+        as fast, which may only excuse (session_spread.with_unlike)."""
         def read(unlike: bool) -> dict[str, SessionSpread]:
             kept = {} if self.settings.calibrate else session_spread.stored(baseline.sessions, list(baseline.metrics),
                                                                              machine, self.reference.where, unlike)

@@ -54,7 +54,8 @@ condition, narrow enough to keep a quiet hour's apart from a loaded one's (docs/
 class SessionSpread:
     """One gated metric's unchanged sessions on this hardware class: their mean, relative spread (the wider of the
     standard deviation and the robust spread) and count. ``unlike``: too few of them ran on a machine like this
-    one, so all count, and they may excuse a FAIL but never make one (``with_unlike``)."""
+    one, so those on a machine at least as fast count, and they may excuse a FAIL but never make one
+    (``with_unlike``)."""
 
     metric: str
     centre: float
@@ -145,16 +146,16 @@ def stored(sessions: Sequence[StoredSession], metrics: Sequence[str], machine: f
     return found
 
 
-def with_unlike(like_spreads: Mapping[str, SessionSpread], every_spread: Mapping[str, SessionSpread]
+def with_unlike(like_spreads: Mapping[str, SessionSpread], no_slower_spreads: Mapping[str, SessionSpread]
                 ) -> dict[str, SessionSpread]:
     """Each metric's spread from the sessions like this one (``like_spreads``), else from those that ran on a
-    machine at least as fast (``every_spread``), marked ``unlike``. A loaded session judged by its tolerance alone
+    machine at least as fast (``no_slower_spreads``), marked ``unlike``. A loaded session judged by its tolerance alone
     FAILed the CPU clock within how far the quiet sessions stored strayed (issue 47's family 25 VM,
     docs/measurements.md). Sessions on a faster machine say how far the machine strays over time, and where a
     session lands at best, not how far a slower hour moves it: they may leave a FAIL unresolved, never make one.
     Sessions on a slower machine (loaded ones, for a quiet session) read worse than this one should, and would
     excuse a regression: they never count."""
-    return {**{metric: replace(spread, unlike=True) for metric, spread in every_spread.items()
+    return {**{metric: replace(spread, unlike=True) for metric, spread in no_slower_spreads.items()
                if metric not in like_spreads}, **like_spreads}
 
 
@@ -228,19 +229,20 @@ def describe(row: Mapping[str, Any]) -> str:
     """One metric's standing against its session spread, for a verdict's message."""
     unlike = row.get("unlike")
     confirming = "" if unlike else f" or {row['confirming']:.1%} against the sessions"
+    catches = "" if unlike else f"; a stored baseline catches a slowdown of {row['catchable']:.1%} or more here"
     return (f"{row['metric']}: {row['against_sessions']:+.1%} worse than the unchanged sessions; those read "
             f"{row['unchanged_change']:+.1%} against the baseline, "
             f"spread {row['session_spread']:.1%} ({row['sessions']} sessions in {row['history']}"
             f"{UNLIKE if unlike else ''}), so a change counts only beyond {row['least_tolerance']:.1%} against the "
-            f"baseline (one unchanged session in 20 strays further){confirming}; a stored baseline catches a slowdown "
-            f"of {row['catchable']:.1%} or more here")
+            f"baseline (one unchanged session in 20 strays further){confirming}{catches}")
 
 
 def why_blunted(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Why a stored baseline cannot catch here what its tolerance promises, if it cannot: the sessions spread wider
     than the tolerance, or the machine outran the baseline and its unchanged sessions read better than it by more
     than the tolerance (a slowdown that large passes against the baseline alone: in issue 47 a machine sped up 18 %
-    and a planted 25 % passed)."""
+    and a planted 25 % passed). Sessions unlike this one tell neither."""
+    rows = [row for row in rows if not row.get("unlike")]
     reasons = []
     if any(row["least_tolerance"] > row["tolerance"] for row in rows):
         reasons.append("this machine's sessions spread wider than the stored tolerance")
