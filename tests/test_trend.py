@@ -348,7 +348,8 @@ def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_f
     shown = capsys.readouterr().out
     assert f"{path}: 7 session(s) stored, 7 of them new from {url}" in shown
     assert re.search(r"c-cpu +hw +\S+ \S+ +abc +FAIL +fastest_step_samples_per_second +88 +-12\.0%", shown), shown
-    assert re.search(r"c-cpu +hw +fastest_step_samples_per_second +7 +-2\.3% +5\.0% +5\.0% +13\.0% +18\.7%", shown), shown
+    assert re.search(r"c-cpu +hw +fastest_step_samples_per_second +78-80 \(all alike\) +7 +-2\.3% +5\.0% +5\.0% "
+                     r"+13\.0% +18\.7%", shown), shown
     assert f"the sessions stored in {path} span as little as 0 h 00 min: a shared machine has spells" in shown
     assert not (baseline_dir / "hw" / "d-cpu.json").exists()
     assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
@@ -369,6 +370,27 @@ def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_f
     baselines.write(path, dataclasses.replace(baselines.load(path), provenance={}))
     assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 2
     assert "c-cpu.json: no date of measurement to count sessions from" in capsys.readouterr().err
+
+
+def test_store_sessions_shows_a_quiet_hours_spread_and_a_loaded_hours_apart(tmp_path, capsys):
+    """The gate counts only sessions like the one it judges by the probe: the table shows what a session like the
+    fastest stored and one like the slowest are judged by, not one spread over both."""
+    url, baseline_dir = str(tmp_path / "history.db"), tmp_path / "b"
+    metric = "fastest_step_samples_per_second"
+    path = baseline_dir / "hw" / "c-cpu.json"
+    baselines.write(path, baselines.Baseline("c-cpu", "hw", {
+        metric: baselines.MetricBaseline(100.0, "higher", 0.05, "samples/s", (99.0, 100.0, 101.0))},
+        provenance={"date": datetime.datetime.now(datetime.timezone.utc).isoformat()}, workload_version="1"))
+    database = ResultsDatabase(url)
+    for value in (99.0, 101.0, 100.0, 98.0, 102.0):
+        database.record([result(value=value, probe=80.0), result(value=value * 0.6, probe=40.0)], CONTEXT)
+    database.record([result(value=59.0, probe=41.0)], CONTEXT)
+    database.close()
+    assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"fastest_step_samples_per_second +80 \(the fastest\) +5 +\+0\.0% +1\.6% ", shown), shown
+    assert re.search(r"fastest_step_samples_per_second +40 \(the slowest\) +6 +-40\.2% +2\.0% ", shown), shown
+    assert "all alike" not in shown
 
 
 def test_a_change_point_too_new_to_tell_a_spread_after_it_is_reached_across_not_left_to_the_stored_tolerance(tmp_path):
@@ -414,7 +436,8 @@ def test_the_spread_counts_a_metric_where_it_passed_in_sessions_on_a_machine_lik
         (100.0, 5), (80.0, 10), None), "sessions on a machine at least as fast, to excuse only"
 
 
-def test_a_history_that_cannot_be_read_is_a_warning_and_the_baseline_alone_judges(tmp_path):
+def test_a_history_that_cannot_be_read_is_one_warning_and_the_baseline_alone_judges(tmp_path):
+    """The gate asks once per run it measures, and again for sessions unlike this one: one warning says it."""
     from perfgate.judge.gate import SessionSpreadWarning
     from perfgate.trend.spreads import SessionHistory
 
@@ -422,8 +445,10 @@ def test_a_history_that_cannot_be_read_is_a_warning_and_the_baseline_alone_judge
     broken.write_text("not a database")
     history = SessionHistory(str(broken), None, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])
     with pytest.warns(SessionSpreadWarning, match="c-cpu: the spread between sessions was not read .*the sessions "
-                                                  "stored with the baseline, or else its tolerance alone, judge"):
-        assert history(100.0) == {}
+                                                  "stored with the baseline, or else its tolerance alone, judge"
+                      ) as caught:
+        assert (history(100.0), history(100.0, unlike=True), history(90.0)) == ({}, {}, {})
+    assert len(caught) == 1
 
 
 def test_older_records_in_the_history_are_read_and_a_newer_one_is_refused_naming_its_row(tmp_path):

@@ -29,19 +29,24 @@ unresolved session after session, must not become the sessions' mean and pass.""
 
 class SessionHistory:
     """What the gate asks the results history of a case: given its runs' probe, each gated metric's spread between
-    the sessions like it. A history that cannot be read is a warning, and the sessions stored with the baseline, or
-    else its tolerance alone, judge."""
+    the sessions like it. A history that cannot be read is one warning for the case, however often the gate asks
+    (once per run it measures, and again for sessions unlike this one), and the sessions stored with the baseline,
+    or else its tolerance alone, judge."""
 
     def __init__(self, url: str, branch: str | None, case: str, hardware_class: str, workload_version: str,
                  metrics: Sequence[str]) -> None:
         self.url, self.branch, self.case = url, branch, case
         self.hardware_class, self.workload_version, self.metrics = hardware_class, workload_version, metrics
+        self.unreadable = False
 
     def __call__(self, machine: float | None, unlike: bool = False) -> dict[str, SessionSpread]:
+        if self.unreadable:
+            return {}
         try:
             return learn(self.url, self.case, self.hardware_class, self.workload_version, self.metrics, self.branch,
                          machine, unlike)
         except (DatabaseError, OSError) as exc:
+            self.unreadable = True
             warnings.warn(SessionSpreadWarning(f"{self.case}: the spread between sessions was not read ({exc}); the "
                                                "sessions stored with the baseline, or else its tolerance alone, judge"))
             return {}

@@ -23,9 +23,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from perfgate.judge import baselines
+from perfgate.judge import baselines, session_spread
 from perfgate.judge.baselines import Baseline, StoredSession
-from perfgate.judge.session_spread import MAX_SESSIONS, SessionSpread
+from perfgate.judge.session_spread import MAX_SESSIONS
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.report.terminal import table
 from perfgate.trend.command import add_history_option
@@ -33,8 +33,8 @@ from perfgate.trend.database import DatabaseError, Point, ResultsDatabase
 from perfgate.trend.spreads import PLANT
 
 SESSION_HEADER = ("case", "hardware class", "recorded (UTC)", "commit", "verdict", "metric", "value", "vs baseline")
-SPREAD_HEADER = ("case", "hardware class", "metric", "sessions", "unchanged vs baseline", "spread", "tolerance",
-                 "least tolerance", "catches")
+SPREAD_HEADER = ("case", "hardware class", "metric", "for a probe of", "sessions", "unchanged vs baseline", "spread",
+                 "tolerance", "least tolerance", "catches")
 
 
 A_DAY_PART = datetime.timedelta(hours=12)
@@ -183,18 +183,35 @@ def listed(baseline: Baseline, sessions: Sequence[tuple[StoredSession, str]]) ->
 
 
 def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[str, ...]]:
-    """What the stored sessions tell the gate, per metric, with every session counted whatever its probe."""
+    """What the stored sessions tell the gate, per metric, for a session on a machine like the fastest of them and
+    for one like the slowest, by the machine-speed probe: the gate counts only sessions like the one it judges
+    (session_spread.like), so a quiet hour's and a loaded hour's spreads are shown apart."""
     rows = []
-    for metric, reference in baseline.metrics.items():
-        values = [session.medians[metric] for session in sessions if metric in session.medians]
-        found = SessionSpread.of(metric, values, "")
-        if found is None:
-            rows.append((baseline.case, baseline.hardware_class, metric, str(len(values)), "", "", "", "",
-                         "too few sessions to tell"))
-            continue
-        value, better, tolerance = reference.value, reference.better, reference.tolerance
-        rows.append((baseline.case, baseline.hardware_class, metric, str(found.sessions),
-                     f"{found.centre / value - 1:+.1%}", f"{found.spread:.1%}", f"{tolerance:.1%}",
-                     f"{found.least_tolerance(value, better, tolerance):.1%}",
-                     f"{found.catchable(value, better, tolerance):.1%}"))
+    for label, machine in machines(sessions):
+        found = session_spread.stored(sessions, list(baseline.metrics), machine, "")
+        for metric, reference in baseline.metrics.items():
+            one = found.get(metric)
+            if one is None:
+                counted = sum(metric in session.medians and session_spread.counts(session.probe, machine, False)
+                              for session in sessions)
+                rows.append((baseline.case, baseline.hardware_class, metric, label, str(counted), "", "", "", "",
+                             "too few sessions to tell"))
+                continue
+            value, better, tolerance = reference.value, reference.better, reference.tolerance
+            rows.append((baseline.case, baseline.hardware_class, metric, label, str(one.sessions),
+                         f"{one.centre / value - 1:+.1%}", f"{one.spread:.1%}", f"{tolerance:.1%}",
+                         f"{one.least_tolerance(value, better, tolerance):.1%}",
+                         f"{one.catchable(value, better, tolerance):.1%}"))
     return rows
+
+
+def machines(sessions: Sequence[StoredSession]) -> list[tuple[str, float | None]]:
+    """The probe readings to show the stored spread for, each with its label: the fastest session's and the slowest
+    one's, or one of them where the two are alike; None (every session) where none read the probe."""
+    probes = sorted(session.probe for session in sessions if session.probe is not None)
+    if not probes:
+        return [("any", None)]
+    fastest, slowest = probes[-1], probes[0]
+    if session_spread.like(slowest, fastest) and session_spread.like(fastest, slowest):
+        return [(f"{slowest:.3g}-{fastest:.3g} (all alike)", fastest)]
+    return [(f"{fastest:.3g} (the fastest)", fastest), (f"{slowest:.3g} (the slowest)", slowest)]
