@@ -24,11 +24,12 @@ pytest.importorskip("otava.analysis", reason="perfgate[trend] is not installed h
 import sqlalchemy as sa  # noqa: E402
 
 from perfgate.judge import baselines  # noqa: E402
+from perfgate.judge.baselines import StoredSession  # noqa: E402
 from perfgate.trend.analysis import series  # noqa: E402
 from perfgate.trend.changepoints import change_points  # noqa: E402
 from perfgate.trend.command import main as trend  # noqa: E402
 from perfgate.trend.spreads import learn  # noqa: E402
-from perfgate.trend.store_sessions import main as store_sessions  # noqa: E402
+from perfgate.trend.store_sessions import main as store_sessions, spread  # noqa: E402
 from perfgate.trend.database import SCHEMA_LOCK, SCHEMA_VERSION, Bisection, Context, DatabaseError, ResultsDatabase, mask, url_of  # noqa: E402
 
 SEEDS = range(20)
@@ -348,7 +349,7 @@ def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_f
     shown = capsys.readouterr().out
     assert f"{path}: 7 session(s) stored, 7 of them new from {url}" in shown
     assert re.search(r"c-cpu +hw +\S+ \S+ +abc +FAIL +fastest_step_samples_per_second +88 +-12\.0%", shown), shown
-    assert re.search(r"c-cpu +hw +fastest_step_samples_per_second +78-80 \(all alike\) +7 +-2\.3% +5\.0% +5\.0% "
+    assert re.search(r"c-cpu +hw +fastest_step_samples_per_second +78\.0-80\.0 \(all alike\) +7 +-2\.3% +5\.0% +5\.0% "
                      r"+13\.0% +18\.7%", shown), shown
     assert f"the sessions stored in {path} span as little as 0 h 00 min: a shared machine has spells" in shown
     assert not (baseline_dir / "hw" / "d-cpu.json").exists()
@@ -388,9 +389,15 @@ def test_store_sessions_shows_a_quiet_hours_spread_and_a_loaded_hours_apart(tmp_
     database.close()
     assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 0
     shown = capsys.readouterr().out
-    assert re.search(r"fastest_step_samples_per_second +80 \(the fastest\) +5 +\+0\.0% +1\.6% ", shown), shown
-    assert re.search(r"fastest_step_samples_per_second +40 \(the slowest\) +6 +-40\.2% +2\.0% ", shown), shown
+    assert re.search(r"fastest_step_samples_per_second +80\.0 \(the fastest\) +5 +\+0\.0% +1\.6% ", shown), shown
+    assert re.search(r"fastest_step_samples_per_second +40\.0 \(the slowest\) +6 +-40\.2% +2\.0% ", shown), shown
     assert "all alike" not in shown
+    loaded = [StoredSession(f"2026-11-30T0{hour}:00", {metric: 60.0 + hour}, 40.0) for hour in range(3)]
+    quiet = [StoredSession(f"2026-11-30T1{hour}:00", {metric: 100.0 + hour}, 80.0) for hour in range(5)]
+    [fastest, slowest] = spread(baselines.load(path), quiet + loaded)
+    assert (fastest[3:5], fastest[-1]) == (("80.0 (the fastest)", "5"), "9.7%")
+    assert slowest[3:5] == ("40.0 (the slowest)", "8") and slowest[-1].startswith("none: too few like it"), (
+        "as the gate: too few like it, so the sessions on a machine as fast or faster, to excuse only")
 
 
 def test_a_change_point_too_new_to_tell_a_spread_after_it_is_reached_across_not_left_to_the_stored_tolerance(tmp_path):

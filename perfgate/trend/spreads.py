@@ -30,8 +30,8 @@ unresolved session after session, must not become the sessions' mean and pass.""
 class SessionHistory:
     """What the gate asks the results history of a case: given its runs' probe, each gated metric's spread between
     the sessions like it. A history that cannot be read is one warning for the case, however often the gate asks
-    (once per run it measures, and again for sessions unlike this one), and the sessions stored with the baseline,
-    or else its tolerance alone, judge."""
+    (once per run it measures, and again for sessions unlike this one), and is not read again for that case, even
+    if it was only locked for a moment: the sessions stored with the baseline, or else its tolerance alone, judge."""
 
     def __init__(self, url: str, branch: str | None, case: str, hardware_class: str, workload_version: str,
                  metrics: Sequence[str]) -> None:

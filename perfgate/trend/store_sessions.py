@@ -184,11 +184,14 @@ def listed(baseline: Baseline, sessions: Sequence[tuple[StoredSession, str]]) ->
 
 def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[str, ...]]:
     """What the stored sessions tell the gate, per metric, for a session on a machine like the fastest of them and
-    for one like the slowest, by the machine-speed probe: the gate counts only sessions like the one it judges
-    (session_spread.like), so a quiet hour's and a loaded hour's spreads are shown apart."""
-    rows = []
+    for one like the slowest, by the machine-speed probe: the gate counts the sessions like the one it judges
+    (session_spread.like), else, to excuse only, those on a machine at least as fast (session_spread.with_unlike), so
+    a quiet hour's and a loaded hour's spreads are shown apart. A session with no probe reading counts for neither."""
+    rows, metrics = [], list(baseline.metrics)
     for label, machine in machines(sessions):
-        found = session_spread.stored(sessions, list(baseline.metrics), machine, "")
+        found = session_spread.stored(sessions, metrics, machine, "")
+        if machine is not None:
+            found = session_spread.with_unlike(found, session_spread.stored(sessions, metrics, machine, "", True))
         for metric, reference in baseline.metrics.items():
             one = found.get(metric)
             if one is None:
@@ -198,20 +201,21 @@ def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[
                              "too few sessions to tell"))
                 continue
             value, better, tolerance = reference.value, reference.better, reference.tolerance
+            catches = ("none: too few like it, so those as fast or faster excuse only" if one.unlike
+                       else f"{one.catchable(value, better, tolerance):.1%}")
             rows.append((baseline.case, baseline.hardware_class, metric, label, str(one.sessions),
                          f"{one.centre / value - 1:+.1%}", f"{one.spread:.1%}", f"{tolerance:.1%}",
-                         f"{one.least_tolerance(value, better, tolerance):.1%}",
-                         f"{one.catchable(value, better, tolerance):.1%}"))
+                         f"{one.least_tolerance(value, better, tolerance):.1%}", catches))
     return rows
 
 
 def machines(sessions: Sequence[StoredSession]) -> list[tuple[str, float | None]]:
     """The probe readings to show the stored spread for, each with its label: the fastest session's and the slowest
-    one's, or one of them where the two are alike; None (every session) where none read the probe."""
+    one's, or the fastest's alone where the slowest is like it; None (every session) where none read the probe."""
     probes = sorted(session.probe for session in sessions if session.probe is not None)
     if not probes:
         return [("any", None)]
     fastest, slowest = probes[-1], probes[0]
-    if session_spread.like(slowest, fastest) and session_spread.like(fastest, slowest):
-        return [(f"{slowest:.3g}-{fastest:.3g} (all alike)", fastest)]
-    return [(f"{fastest:.3g} (the fastest)", fastest), (f"{slowest:.3g} (the slowest)", slowest)]
+    if session_spread.like(fastest, slowest):
+        return [(f"{slowest:,.1f}-{fastest:,.1f} (all alike)", fastest)]
+    return [(f"{fastest:,.1f} (the fastest)", fastest), (f"{slowest:,.1f} (the slowest)", slowest)]
