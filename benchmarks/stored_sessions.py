@@ -9,7 +9,7 @@ of sessions since the baseline, as ``perfgate store-sessions`` reads one) and de
 verdicts against the baseline alone, its machine-speed probe, and the case's *other* unchanged sessions (leave one
 out) as ``perfgate store-sessions`` would have stored them (judge.session_spread.stored, with its machine filter,
 and those on a machine as fast or faster, to excuse only, where too few ran on a like machine:
-session_spread.with_unlike). Prints, per
+session_spread.stored_judging). Prints, per
 case, how many unchanged sessions FAILed as recorded and as decided so, how many planted ones FAILed, and the
 smallest slowdown the gate said a stored baseline catches there. A session's runs are those it recorded: a rule
 that would have asked for more runs cannot be replayed.
@@ -73,9 +73,7 @@ def decided(result: Result, others: list[Result], measured: dict, stored: Sequen
     rows, now = result.metrics, result.measured
     sessions = [*stored, *(as_stored(order, other) for order, other in enumerate(others))]
     metrics = [row["metric"] for row in rows]
-    spreads = session_spread.with_unlike(
-        session_spread.stored(sessions, metrics, now.get(CALIBRATION_PROBE), "the other sessions"),
-        session_spread.stored(sessions, metrics, now.get(CALIBRATION_PROBE), "the other sessions", unlike=True))
+    spreads = session_spread.stored_judging(sessions, metrics, now.get(CALIBRATION_PROBE), "the other sessions")
     raw = [row.get("against_baseline") or recorded_alone(row["verdict"]) for row in rows]
     verdicts = [RecordedVerdict.of(row, alone) for row, alone in zip(rows, raw)]
     outcomes, spread_rows, _ = machine_rules(spreads, verdicts, raw, machine_drop.probe_drop(measured, now, "wall"),

@@ -159,6 +159,14 @@ def with_unlike(like_spreads: Mapping[str, SessionSpread], no_slower_spreads: Ma
                if metric not in like_spreads}, **like_spreads}
 
 
+def stored_judging(sessions: Sequence[StoredSession], metrics: Sequence[str], machine: float | None, where: object
+                   ) -> dict[str, SessionSpread]:
+    """What the ``sessions`` stored at ``where`` judge a session by, given its probe (``machine``): those like it,
+    else those on a machine at least as fast, to excuse only (with_unlike)."""
+    found = stored(sessions, metrics, machine, where)
+    return found if machine is None else with_unlike(found, stored(sessions, metrics, machine, where, unlike=True))
+
+
 def like_only(spreads: Mapping[str, SessionSpread]) -> set[str]:
     """The metrics whose spread sessions like this one tell: the ones the probe's rules leave to this module."""
     return {metric for metric, spread in spreads.items() if not spread.unlike}
