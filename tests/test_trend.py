@@ -23,7 +23,7 @@ pytest.importorskip("otava.analysis", reason="perfgate[trend] is not installed h
                     "tests/test_trend_extra.py checks what that says)")
 import sqlalchemy as sa  # noqa: E402
 
-from perfgate.judge import baselines  # noqa: E402
+from perfgate.judge import baselines, session_spread  # noqa: E402
 from perfgate.judge.baselines import StoredSession  # noqa: E402
 from perfgate.trend.analysis import series  # noqa: E402
 from perfgate.trend.changepoints import change_points  # noqa: E402
@@ -398,6 +398,23 @@ def test_store_sessions_shows_a_quiet_hours_spread_and_a_loaded_hours_apart(tmp_
     assert (fastest[3:5], fastest[-1]) == (("80.0 (the fastest)", "5"), "9.7%")
     assert slowest[3:5] == ("40.0 (the slowest)", "8") and slowest[-1].startswith("none: too few like it"), (
         "as the gate: too few like it, so the sessions on a machine as fast or faster, to excuse only")
+
+
+def test_store_sessions_figure_is_the_gates_where_the_machine_outran_the_baseline(tmp_path):
+    """Sessions 30 % faster than the baseline: a slowdown FAILs through them (past their mean on every gated metric)
+    long before it reaches the baseline, and the table's figure is that nearer one, as the gate's message says."""
+    metric = "fastest_step_samples_per_second"
+    path = tmp_path / "hw" / "c-cpu.json"
+    baselines.write(path, baselines.Baseline("c-cpu", "hw", {
+        metric: baselines.MetricBaseline(100.0, "higher", 0.05, "samples/s", (99.0, 100.0, 101.0))},
+        provenance={"date": "2026-11-30T00:00:00+00:00"}, workload_version="1"))
+    faster = [StoredSession(f"2026-11-30T1{hour}:00", {metric: value}, 80.0)
+              for hour, value in enumerate((129.0, 131.0, 130.0, 128.0, 132.0))]
+    [row] = spread(baselines.load(path), faster)
+    one = session_spread.stored(faster, [metric], 80.0, "")[metric]
+    assert row[-1] == f"{one.catchable(100.0, 'higher', 0.05, one.sessions_catch(0.05)):.1%}"
+    assert float(row[-1].rstrip("%")) / 100 < one.catchable(100.0, "higher", 0.05) - 0.2, (
+        "through the sessions, not the 30 % and more that the baseline alone would need")
 
 
 def test_a_change_point_too_new_to_tell_a_spread_after_it_is_reached_across_not_left_to_the_stored_tolerance(tmp_path):

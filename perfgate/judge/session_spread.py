@@ -9,11 +9,11 @@ machine's spell for outliers (on issue 47's family 25 VM two evening sessions re
 afternoon sessions that spread 2.4 %, at the same probe reading), and the spell's next session FAILs; the standard
 deviation counts them once they are among the sessions (docs/measurements.md). A session disturbed far off widens
 the spread too: a false FAIL costs more than a wider tolerance. A regression the gate would call inside that spread
-is left unresolved, never a FAIL; a session worse than the sessions' mean beyond the spread fails even where the
-baseline, outrun by the machine since, would pass it; a pass says how large a slowdown the machine lets a stored
-baseline catch, and the A/B command that catches a smaller one. Where the history holds too few such sessions (a
-fresh clone, a CI job without a shared database), the sessions stored with the baseline (``perfgate
-store-sessions``) stand in for it.
+is left unresolved, never a FAIL; a session worse than the sessions' mean beyond the spread on every gated clock
+fails even where the baseline, outrun by the machine since, would pass it; a pass says how large a slowdown the
+machine lets a stored baseline catch, and the A/B command that catches a smaller one. Where the history holds too
+few such sessions (a fresh clone, a CI job without a shared database), the sessions stored with the baseline
+(``perfgate store-sessions``) stand in for it.
 """
 
 from __future__ import annotations
@@ -113,6 +113,15 @@ class SessionSpread:
         return self.confirming(tolerance) + self.quantile(CATCH) * self.width
 
 
+def through_sessions(spreads: Sequence[SessionSpread | None], tolerances: Sequence[float]) -> float:
+    """The slowdown that FAILs through the sessions 9 times in 10 (every gated metric past its ``confirming``
+    margin), given each gated metric's spread (None: none known) and stored tolerance; infinite where some gated
+    metric has no spread of sessions like this one, for then none FAILs that way."""
+    if not spreads or any(spread is None or spread.unlike for spread in spreads):
+        return math.inf
+    return max(spread.sessions_catch(tolerance) for spread, tolerance in zip(spreads, tolerances))
+
+
 def like(probe: float | None, machine: float) -> bool:
     """Whether a session whose probe read ``probe`` ran on a machine like this one (``machine``)."""
     return probe is not None and abs(probe / machine - 1.0) <= LIKE_MACHINE
@@ -194,9 +203,8 @@ def judge(spreads: Mapping[str, SessionSpread], verdicts: Sequence[Any], outcome
     beyond = {index: not spread.unlike and against[index] > spread.confirming(verdicts[index].tolerance)
               for index, spread in found.items()}
     every_clock = len(beyond) == len(verdicts) and all(beyond.values())
-    past_sessions = (max(spread.sessions_catch(verdicts[index].tolerance) for index, spread in found.items())
-                     if found and len(found) == len(verdicts) and not any(s.unlike for s in found.values())
-                     else math.inf)
+    past_sessions = through_sessions([found.get(index) for index in range(len(verdicts))],
+                                     [verdict.tolerance for verdict in verdicts])
     for index, verdict in enumerate(verdicts):
         spread = found.get(index)
         if spread is None:

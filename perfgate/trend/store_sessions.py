@@ -190,6 +190,8 @@ def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[
     rows, metrics = [], list(baseline.metrics)
     for label, machine in machines(sessions):
         found = session_spread.stored_judging(sessions, metrics, machine, "")
+        tolerances = [reference.tolerance for reference in baseline.metrics.values()]
+        past_sessions = session_spread.through_sessions([found.get(metric) for metric in metrics], tolerances)
         for metric, reference in baseline.metrics.items():
             one = found.get(metric)
             if one is None:
@@ -200,7 +202,7 @@ def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[
                 continue
             value, better, tolerance = reference.value, reference.better, reference.tolerance
             catches = ("none: too few like it, so those as fast or faster excuse only" if one.unlike
-                       else f"{one.catchable(value, better, tolerance):.1%}")
+                       else f"{one.catchable(value, better, tolerance, past_sessions):.1%}")
             rows.append((baseline.case, baseline.hardware_class, metric, label, str(one.sessions),
                          f"{one.centre / value - 1:+.1%}", f"{one.spread:.1%}", f"{tolerance:.1%}",
                          f"{one.least_tolerance(value, better, tolerance):.1%}", catches))
