@@ -52,3 +52,16 @@ def test_sessions_the_baseline_file_already_stores_count_among_the_others():
     assert stored_sessions.decided(an_evening, afternoon, MEASURED)[0] == "FAIL"
     outcome, rows = stored_sessions.decided(an_evening, afternoon, MEASURED, evening)
     assert outcome == "unresolved" and rows[0]["sessions"] == 11
+
+
+def test_plants_at_or_above_the_figure_the_gate_gave_them_are_counted_against_its_promise():
+    """The figure is what a session's spread rows promise; a plant below it promised nothing and is not counted."""
+    steady = [session(value) for value in (1.00, 1.01, 0.99, 1.00, 1.01, 0.99)]
+    plants = [(size, *stored_sessions.decided(session(1.0 + size, planted=size), steady, MEASURED))
+              for size in (0.30, 0.02)]
+    [(_, _, large_rows), (_, _, small_rows)] = plants
+    assert 0.02 < stored_sessions.figure(large_rows) < 0.30
+    assert stored_sessions.figure(small_rows) == stored_sessions.figure(large_rows)
+    assert stored_sessions.at_or_above_figure(plants) == ["FAIL"]
+    unlike = [{"catchable": 0.01, "unlike": True}]
+    assert stored_sessions.figure(unlike) is None and stored_sessions.at_or_above_figure([(0.5, "pass", unlike)]) == []

@@ -29,7 +29,7 @@ from perfgate.trend.analysis import series  # noqa: E402
 from perfgate.trend.changepoints import change_points  # noqa: E402
 from perfgate.trend.command import main as trend  # noqa: E402
 from perfgate.trend.spreads import learn  # noqa: E402
-from perfgate.trend.store_sessions import main as store_sessions, spread  # noqa: E402
+from perfgate.trend.store_sessions import machines, main as store_sessions, merged, spread  # noqa: E402
 from perfgate.trend.database import SCHEMA_LOCK, SCHEMA_VERSION, Bisection, Context, DatabaseError, ResultsDatabase, mask, url_of  # noqa: E402
 
 SEEDS = range(20)
@@ -371,6 +371,54 @@ def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_f
     baselines.write(path, dataclasses.replace(baselines.load(path), provenance={}))
     assert store_sessions(["--history", url, "--baseline-dir", str(baseline_dir)]) == 2
     assert "c-cpu.json: no date of measurement to count sessions from" in capsys.readouterr().err
+
+
+def test_store_sessions_keeps_only_the_cases_class_and_branch_asked_and_reaches_back_with_since(tmp_path, capsys):
+    """Sessions recorded before the baselines were measured count only with --since; a feature branch's sessions,
+    another hardware class's and another case's stay out of the file when the command names main, one class and
+    one case glob."""
+    url, baseline_dir = str(tmp_path / "history.db"), tmp_path / "b"
+    metric = "fastest_step_samples_per_second"
+    feature = dataclasses.replace(CONTEXT, session="f", branch="feature")
+    database = ResultsDatabase(url)
+    for value in (97.0, 103.0, 99.0, 101.0, 100.0):
+        database.record([result(value=value, probe=80.0), result(case="d-cpu", value=value, probe=80.0),
+                         dataclasses.replace(result(value=value, probe=80.0), hardware_class="hw2")], CONTEXT)
+        database.record([result(value=value / 2, probe=80.0)], feature)
+    database.close()
+    measured = datetime.datetime.now(datetime.timezone.utc)
+    for case, hardware_class in (("c-cpu", "hw"), ("c-cpu", "hw2"), ("d-cpu", "hw")):
+        baselines.write(baseline_dir / hardware_class / f"{case}.json", baselines.Baseline(case, hardware_class, {
+            metric: baselines.MetricBaseline(100.0, "higher", 0.05, "samples/s", (99.0, 100.0, 101.0))},
+            provenance={"date": measured.isoformat()}, workload_version="1"))
+    args = ["--history", url, "--baseline-dir", str(baseline_dir)]
+    assert store_sessions(args) == 2, "every session was recorded before the baselines were measured"
+    assert "holds no judged session" in capsys.readouterr().err
+    earlier = (measured - datetime.timedelta(hours=1)).isoformat()
+    assert store_sessions([*args, "--since", earlier, "--branch", "main", "--hardware-class", "hw", "c-*"]) == 0
+    stored = baselines.load(baseline_dir / "hw" / "c-cpu.json").sessions
+    assert [session.medians[metric] for session in stored] == [97.0, 103.0, 99.0, 101.0, 100.0]
+    assert baselines.load(baseline_dir / "hw2" / "c-cpu.json").sessions == ()
+    assert baselines.load(baseline_dir / "hw" / "d-cpu.json").sessions == ()
+
+
+def test_stored_sessions_are_each_kept_once_the_newest_30_and_without_a_probe_all_count(tmp_path):
+    """A session stored again is kept once, and only the newest 30 stay (what the gate reads). Sessions whose probe
+    was not read (a workload that records none) are shown together, for any machine, as the gate counts them."""
+    metric = "fastest_step_samples_per_second"
+    old = [StoredSession(f"2026-11-{day:02}T00:00:00+00:00", {metric: 100.0 + day % 3}, None) for day in range(1, 26)]
+    new = [StoredSession(f"2026-11-{day:02}T12:00:00+00:00", {metric: 100.0 + day % 3}, None) for day in range(20, 30)]
+    kept = merged(old, [*new, old[-1]])
+    assert len(kept) == session_spread.MAX_SESSIONS == 30
+    assert kept[0].recorded_at == "2026-11-06T00:00:00+00:00" and kept[-1] == new[-1]
+    assert len({session.recorded_at for session in kept}) == 30
+    assert machines(kept) == [("any", None)]
+    path = tmp_path / "hw" / "c-cpu.json"
+    baselines.write(path, baselines.Baseline("c-cpu", "hw", {
+        metric: baselines.MetricBaseline(100.0, "higher", 0.05, "samples/s", (99.0, 100.0, 101.0))},
+        provenance={"date": "2026-11-01T00:00:00+00:00"}, workload_version="1"))
+    [row] = spread(baselines.load(path), kept)
+    assert row[3:5] == ("any", "30")
 
 
 def test_store_sessions_shows_a_quiet_hours_spread_and_a_loaded_hours_apart(tmp_path, capsys):
