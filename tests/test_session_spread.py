@@ -303,6 +303,29 @@ def test_a_clone_with_no_history_judges_by_the_sessions_stored_with_the_baseline
         gate(plan, [70.0, 70.5, 71.0], {}, probe=101.0).check()
 
 
+def test_a_pass_on_a_machine_faster_than_the_sessions_by_the_probe_says_so_and_its_figure_grows_by_as_much(tmp_path):
+    """Family 25 model 17: an hour whose matmul read 14-16 % faster than the quiet sessions stored passed 20 % plants
+    that the sessions' figure (11.8-17.4 %) promised to catch. A slowdown hides behind the speed-up: the figure grows
+    by it, and a pass says so where it exceeds the tolerance; the verdict is the sessions' as before."""
+    plan = make_plan(tmp_path)
+    steady = [99.0, 100.0, 101.0, 100.0, 99.0, 101.0, 100.0, 100.0, 99.0, 101.0]
+    store(plan, sessions(steady))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SessionSpreadWarning)
+        alike = gate(plan, [99.5, 100.0, 100.5], {}, probe=100.0).check()
+    assert alike.verdict == "pass" and alike.session_spread[0]["faster"] == 0.0
+    with pytest.warns(SessionSpreadWarning) as warned:
+        result = gate(plan, [99.5, 100.0, 100.5], {}, probe=120.0).check()
+    [row] = result.session_spread
+    assert result.verdict == "pass" and row["faster"] == pytest.approx(0.20)
+    assert row["catchable"] == pytest.approx((1.0 + alike.session_spread[0]["catchable"]) * 1.20 - 1.0)
+    message = str(warned[0].message)
+    assert "this session's probe read faster than the unchanged sessions' by more than the stored tolerance" in message
+    assert "(this session's probe read 20.0% faster than theirs, and a slowdown hides behind that)" in message
+    assert session_spread.speed_up(80.0, [100.0, 100.0]) == 0.0, "a slower machine: the sessions' figure stands"
+    assert session_spread.speed_up(120.0, [100.0, None]) == session_spread.speed_up(None, [100.0]) == 0.0
+
+
 def test_stored_sessions_count_only_on_a_machine_like_theirs_and_the_history_comes_first(tmp_path):
     """Sessions stored on a quiet machine (probe 100) say only how far the machine strays over time to a loaded one
     (probe 55): a FAIL within that is unresolved, one beyond it stays; stored beside busy neighbours (probe 55),

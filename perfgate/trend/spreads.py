@@ -82,7 +82,8 @@ def spreads(points: Sequence[Point], case: str, workload_version: str, metrics: 
     found = {}
     for one in series(kept):
         values, told = since_the_change(one.values, [start for start, _, _ in one.segments()])
-        spread = SessionSpread.of(one.metric, values, f"{where}{told}")
+        read = [probes.get(point.result_id) for point in one.points][len(one.values) - len(values):]
+        spread = SessionSpread.of(one.metric, values, f"{where}{told}", read, machine)
         if spread is not None:
             found[one.metric] = spread
     return found
