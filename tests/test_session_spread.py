@@ -326,6 +326,20 @@ def test_a_pass_on_a_machine_faster_than_the_sessions_by_the_probe_says_so_and_i
     assert session_spread.speed_up(120.0, [100.0, None]) == session_spread.speed_up(None, [100.0]) == 0.0
 
 
+def test_the_speed_up_is_read_against_the_sessions_kept_and_each_metric_through_the_sessions_grows_by_its_own():
+    """Only the newest sessions' probes count, as their values do; and failing through the sessions needs every
+    gated metric past its margin, so the figure is the largest of each metric's own, each grown by its speed-up."""
+    values, probes = [50.0] * 5 + [99.0, 100.0, 101.0, 100.0, 100.0] * 6, [200.0] * 5 + [100.0] * 30
+    assert SessionSpread.of(METRIC, values, HISTORY, probes, machine=110.0).faster == pytest.approx(0.10)
+    with pytest.raises(ValueError, match="3 probe readings for 35 sessions"):
+        SessionSpread.of(METRIC, values, HISTORY, [100.0] * 3, machine=110.0)
+    slow, sped = replace(spread(relative=0.06), faster=0.0), replace(spread(relative=0.02), faster=0.30)
+    assert slow.sessions_catch(0.05) > sped.sessions_catch(0.05)
+    assert session_spread.through_sessions([slow, sped], [0.05, 0.05]) == pytest.approx(
+        max(slow.sessions_catch(0.05), 1.30 * (1.0 + sped.sessions_catch(0.05)) - 1.0))
+    assert session_spread.through_sessions([slow, sped], [0.05, 0.05]) > slow.sessions_catch(0.05)
+
+
 def test_stored_sessions_count_only_on_a_machine_like_theirs_and_the_history_comes_first(tmp_path):
     """Sessions stored on a quiet machine (probe 100) say only how far the machine strays over time to a loaded one
     (probe 55): a FAIL within that is unresolved, one beyond it stays; stored beside busy neighbours (probe 55),

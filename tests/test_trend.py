@@ -485,6 +485,20 @@ def test_a_change_point_too_new_to_tell_a_spread_after_it_is_reached_across_not_
     assert (after.sessions, after.centre) == (5, 115.0) and "across" not in after.where
 
 
+def test_the_history_reads_the_speed_up_against_the_probes_of_the_sessions_since_the_change_point(tmp_path):
+    """Twelve sessions on a machine probing 90, then six 15 % faster probing 100: the spread counts the six, and so
+    does the speed-up of a session probing 110 (10 %, not the 22 % the older probes would give)."""
+    url = str(tmp_path / "history.db")
+    database = ResultsDatabase(url)
+    for value, probe in [(100.0 + offset, 90.0) for offset in (-1.0, 1.0, 0.0, 0.5, -0.5, 0.0) * 2] + [
+            (115.0 + offset, 100.0) for offset in (-1.0, 1.0, 0.0, 0.5, -0.5, 0.0)]:
+        database.record([result(value=value, probe=probe)], CONTEXT)
+    database.close()
+    found = learn(url, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"], machine=110.0)
+    after = found["fastest_step_samples_per_second"]
+    assert (after.sessions, after.centre) == (6, 115.0) and after.faster == pytest.approx(0.10)
+
+
 def test_the_spread_counts_a_metric_where_it_passed_in_sessions_on_a_machine_like_this_one(tmp_path):
     """A loaded machine's sessions (probe near 55) read slower than a quiet one's (near 100), and a session left
     unresolved by another metric still passed this one: each session is judged against the sessions like it."""

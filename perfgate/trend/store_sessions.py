@@ -183,10 +183,11 @@ def listed(baseline: Baseline, sessions: Sequence[tuple[StoredSession, str]]) ->
 
 
 def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[str, ...]]:
-    """What the stored sessions tell the gate, per metric, for a session on a machine like the fastest of them and
-    for one like the slowest, by the machine-speed probe: the gate counts the sessions like the one it judges
-    (session_spread.like), else, to excuse only, those on a machine at least as fast (session_spread.stored_judging), so
-    a quiet hour's and a loaded hour's spreads are shown apart. A session with no probe reading counts for neither."""
+    """What the stored sessions tell the gate, per metric, for a session whose probe reads as the fastest of them
+    did and for one reading as the slowest (its figure grows by how much faster that reads than the sessions
+    counted): the gate counts the sessions like the one it judges (session_spread.like), else, to excuse only, those
+    on a machine at least as fast (session_spread.stored_judging), so a quiet hour's and a loaded hour's spreads are
+    shown apart. A session with no probe reading counts for neither."""
     rows, metrics = [], list(baseline.metrics)
     for label, machine in machines(sessions):
         found = session_spread.stored_judging(sessions, metrics, machine, "")
