@@ -189,9 +189,9 @@ def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[
     on a machine at least as fast (session_spread.stored_judging), so a quiet hour's and a loaded hour's spreads are
     shown apart. A session with no probe reading counts for neither."""
     rows, metrics = [], list(baseline.metrics)
+    tolerances = [reference.tolerance for reference in baseline.metrics.values()]
     for label, machine in machines(sessions):
         found = session_spread.stored_judging(sessions, metrics, machine, "")
-        tolerances = [reference.tolerance for reference in baseline.metrics.values()]
         past_sessions = session_spread.through_sessions([found.get(metric) for metric in metrics], tolerances)
         for metric, reference in baseline.metrics.items():
             one = found.get(metric)
