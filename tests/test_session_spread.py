@@ -326,6 +326,32 @@ def test_a_pass_on_a_machine_faster_than_the_sessions_by_the_probe_says_so_and_i
     assert session_spread.speed_up(120.0, [100.0, None]) == session_spread.speed_up(None, [100.0]) == 0.0
 
 
+def test_a_pass_with_no_sessions_on_a_machine_faster_than_at_its_baseline_says_what_slowdown_hides(tmp_path):
+    """A fresh clone with neither history nor stored sessions: on the family 25 model 17 VM the matmul read 20 % faster
+    than at its baselines, and a planted 20 % read as no change against the baseline alone. A pass says so, with the
+    slowdown that hides; within the tolerance, or where sessions like this one judge, it says nothing of it."""
+    plan = make_plan(tmp_path)
+    store(plan, measured={"probe_matmul_gflops": 65.0})
+    with pytest.warns(SessionSpreadWarning) as warned:
+        result = gate(plan, [99.5, 100.0, 100.5], {}, probe=78.0).check()
+    assert result.verdict == "pass"
+    message = str(warned[0].message)
+    assert "passed on k, but this session's probe read 20.0% faster than when the baseline was measured" in message
+    assert f"a slowdown of up to {1.05 * 1.20 - 1.0:.1%} passes against the baseline alone" in message
+    assert "perfgate store-sessions" in message and "--perf-against REF" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SessionSpreadWarning)
+        assert gate(plan, [99.5, 100.0, 100.5], {}, probe=67.0).check().verdict == "pass", "3 % faster: within 5 %"
+        assert gate(plan, [119.4, 120.0, 120.6], {}, probe=78.0, calibrate=True).check().verdict == "pass", \
+            "calibrated values already divide the speed-up out"
+    store(plan, sessions([99.0, 100.0, 101.0, 100.0, 99.0], probe=78.0), measured={"probe_matmul_gflops": 65.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SessionSpreadWarning)
+        assert gate(plan, [99.5, 100.0, 100.5], {}, probe=78.0).check().verdict == "pass", \
+            "sessions like this one judge it: their figure carries a speed-up over them"
+    assert session_spread.hidden_by_speed_up(None, [Verdict(0.0)], set()) == []
+
+
 def test_the_speed_up_is_read_against_the_sessions_kept_and_each_metric_through_the_sessions_grows_by_its_own():
     """Only the newest sessions' probes count, as their values do; and failing through the sessions needs every
     gated metric past its margin, so the figure is the largest of each metric's own, each grown by its speed-up."""

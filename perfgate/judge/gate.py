@@ -224,7 +224,9 @@ class Gate:
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
         result.conclude("pass")
-        blunted = session_spread.why_blunted(spread_rows)
+        faster = machine_drop.probe_change(then, now, metrics.CALIBRATION_PROBE) if weighs else None
+        blunted = (session_spread.why_blunted(spread_rows)
+                   + session_spread.hidden_by_speed_up(faster, verdicts, session_spread.like_only(spreads)))
         if blunted:
             warnings.warn(SessionSpreadWarning(
                 f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(blunted)}{planted}\n{details}\n"
