@@ -11,7 +11,7 @@ import pytest
 from fakes import METRIC, FakeMeasurer, make_plan
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines, session_spread
+from perfgate.judge import baselines, machine_drop, session_spread
 from perfgate.judge.baselines import Baseline, MetricBaseline, StoredSession
 from perfgate.judge.gate import Gate, SessionSpreadWarning, StoredBaseline
 from perfgate.judge.session_spread import MIN_SESSIONS, SessionSpread
@@ -336,7 +336,8 @@ def test_a_pass_with_no_sessions_on_a_machine_faster_than_at_its_baseline_says_w
         result = gate(plan, [99.5, 100.0, 100.5], {}, probe=78.0).check()
     assert result.verdict == "pass"
     message = str(warned[0].message)
-    assert "passed on k, but this session's probe read 20.0% faster than when the baseline was measured" in message
+    assert "passed on k, but this session's probe read faster than when the baseline was measured" in message
+    assert f"({METRIC} 20.0%)" in message
     assert f"a slowdown of up to {1.05 * 1.20 - 1.0:.1%} passes against the baseline alone" in message
     assert "perfgate store-sessions" in message and "--perf-against REF" in message
     with warnings.catch_warnings():
@@ -349,7 +350,24 @@ def test_a_pass_with_no_sessions_on_a_machine_faster_than_at_its_baseline_says_w
         warnings.simplefilter("error", SessionSpreadWarning)
         assert gate(plan, [99.5, 100.0, 100.5], {}, probe=78.0).check().verdict == "pass", \
             "sessions like this one judge it: their figure carries a speed-up over them"
-    assert session_spread.hidden_by_speed_up(None, [Verdict(0.0)], set()) == []
+    cpu = Verdict(0.0, better="lower", metric="cpu_seconds_per_sample", baseline=1.0)
+    assert session_spread.hidden_by_speed_up({METRIC: 0.30, cpu.metric: 0.04}, [Verdict(0.0), cpu], set()) == [], \
+        "the CPU clock, 4 % faster, still catches a slowdown past 9 %"
+    [both] = session_spread.hidden_by_speed_up({METRIC: 0.30, cpu.metric: 0.10}, [Verdict(0.0), cpu], set())
+    assert f"a slowdown of up to {1.05 * 1.10 - 1.0:.1%} passes" in both, "the nearer clock's figure"
+    assert session_spread.hidden_by_speed_up({}, [Verdict(0.0)], set()) == []
+
+
+def test_a_metrics_speed_up_is_read_on_its_own_clock():
+    """Beside a neighbour at the baseline and alone now, the probe's wall-clock rate rises far more than its CPU-time
+    rate: each clock's metrics hide what their own clock's speed-up hides."""
+    then = {"probe_matmul_gflops": 40.0, "probe_matmul_cpu_gflops": 60.0}
+    now = {"probe_matmul_gflops": 66.0, "probe_matmul_cpu_gflops": 63.0}
+    assert machine_drop.speed_up_on("fastest_step_samples_per_second", then, now) == pytest.approx(0.65)
+    assert machine_drop.speed_up_on("cpu_seconds_per_sample", then, now) == pytest.approx(0.05)
+    assert machine_drop.speed_up_on("cpu_seconds_per_sample", now, then) == 0.0, "slower: nothing hides"
+    assert machine_drop.speed_up_on("peak_memory_bytes", then, now) == 0.0, "a faster machine does not move memory"
+    assert machine_drop.speed_up_on("cpu_seconds_per_sample", then, {}) == 0.0
 
 
 def test_the_speed_up_is_read_against_the_sessions_kept_and_each_metric_through_the_sessions_grows_by_its_own():

@@ -226,6 +226,20 @@ def drop_on(metric: str, machine: Drop | None, cores: Drop | None) -> Drop | Non
     return cores if metric in CPU_TIME_METRICS else None
 
 
+def speed_up_on(metric: str, then: Mapping[str, Any], now: Mapping[str, Any]) -> float:
+    """How much faster the probe's matmul read than at the baseline on the metric's clock (by the wall clock, or by
+    its CPU time); 0 where it read slower, was not read both times, or where a faster machine does not move the
+    metric (drop_on's rule). Beside a neighbour at the baseline's measuring and alone now, the wall clock's reading
+    rises far more than the CPU time's, and so does what each clock's metrics hide."""
+    if clock(metric) == "wall" and moves_with_speed(metric):
+        probe = MACHINE_PROBES["wall"][0]
+    elif metric in CPU_TIME_METRICS:
+        probe = MACHINE_PROBES["cpu"][0]
+    else:
+        return 0.0
+    return max(0.0, probe_change(then, now, probe) or 0.0)
+
+
 def covered(verdict: Any, worse: float, drop: Drop | None) -> bool:
     """Whether the probe's drop on the metric's clock explains the metric's worsening, within its tolerance."""
     return drop is not None and drop.change < 0 and worse <= explained(verdict, drop)
