@@ -13,8 +13,8 @@ from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
 from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import (Gate, StaleBaselineWarning, StoredBaseline, UnprovenPassWarning,
-                                 UnresolvedVerdictWarning)
+from perfgate.judge.gate import (Gate, SessionSpreadWarning, StaleBaselineWarning, StoredBaseline,
+                                 UnprovenPassWarning, UnresolvedVerdictWarning)
 from perfgate.judge.gated import HostSpinWarning, UngatedMetricWarning
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
@@ -220,18 +220,29 @@ def test_calibration_without_a_probe_says_what_to_do(tmp_path):
         checker.check()
 
 
-def ab_gate(plan, reference_values, candidate_values, **settings):
+def ab_gate(plan, reference_values, candidate_values, probes=(None, None), **settings):
+    """``probes``: the reference's and the candidate's probe_matmul_gflops."""
     from perfgate.judge.ab import ABGate, RevisionReference
     from perfgate.judge.revision import Revision
 
     order = []
-    candidate = FakeMeasurer(plan, candidate_values, log=order, name="candidate")
-    reference = FakeMeasurer(plan, reference_values, log=order, name="reference")
+    candidate = FakeMeasurer(plan, candidate_values, probe=probes[1], log=order, name="candidate")
+    reference = FakeMeasurer(plan, reference_values, probe=probes[0], log=order, name="reference")
     revision = Revision("main", "0123456789abcdef", plan.spec.workdir / "tree")
     in_turn = not settings.get("ab_duet")  # each launch in the order the test sees; duet where it asks for it
     gate = ABGate(plan, Settings(**{"repeats": 2, "max_repeats": 4, "ab_in_turn": in_turn, **settings}), candidate,
                   RevisionReference(revision, reference, plan, 0.02), root=plan.spec.workdir, nvml=lambda: (None, ""))
     return gate, candidate, order
+
+
+def test_an_ab_pass_says_nothing_of_a_slowdown_hidden_by_a_faster_machine(tmp_path):
+    """A/B's sides meet the machine's speed together; their probes differ by its noise, not by a speed-up since a
+    baseline, so the stored-baseline warning (session_spread.hidden_by_speed_up) is not A/B's to give."""
+    plan = make_plan(tmp_path)
+    gate, _, _ = ab_gate(plan, [100.0, 101.0], [100.5, 100.0], probes=(65.0, 78.0), ab_duet=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SessionSpreadWarning)
+        assert gate.check().verdict == "pass"
 
 
 def test_ab_launches_abba_and_judges_the_candidate_against_the_reference_runs(tmp_path):

@@ -356,7 +356,13 @@ def test_a_pass_with_no_sessions_on_a_machine_faster_than_at_its_baseline_says_w
         "the CPU clock, 4 % faster, still catches a slowdown past 9 %"
     [both] = session_spread.hidden_by_speed_up({METRIC: 0.30, cpu.metric: 0.10}, [Verdict(0.0), cpu], set())
     assert f"a slowdown of up to {1.05 * 1.10 - 1.0:.1%} reads as within" in both, "the nearer clock's figure"
-    assert session_spread.hidden_by_speed_up({}, [Verdict(0.0)], set()) == []
+    assert session_spread.hidden_by_speed_up({METRIC: 0.05}, [Verdict(0.0)], set()) == [], "at the tolerance"
+    assert session_spread.hidden_by_speed_up({}, [Verdict(0.0)], set()) == [], "no speed-up read"
+    memory = Verdict(0.0, better="lower", metric="peak_memory_bytes")
+    assert session_spread.hidden_by_speed_up({METRIC: 0.30, memory.metric: None}, [Verdict(0.0), memory], set()), \
+        "memory never catches a slowdown, so it cannot stand for one caught"
+    assert session_spread.hidden_by_speed_up({METRIC: 0.30, cpu.metric: 0.30}, [Verdict(0.0), cpu], {cpu.metric}) \
+        == [], "sessions judge the CPU clock, and their figure (why_blunted) speaks for the case"
 
 
 def test_a_metrics_speed_up_is_read_on_its_own_clock():
@@ -367,8 +373,14 @@ def test_a_metrics_speed_up_is_read_on_its_own_clock():
     assert machine_drop.speed_up_on("fastest_step_samples_per_second", then, now) == pytest.approx(0.65)
     assert machine_drop.speed_up_on("cpu_seconds_per_sample", then, now) == pytest.approx(0.05)
     assert machine_drop.speed_up_on("cpu_seconds_per_sample", now, then) == 0.0, "slower: nothing hides"
-    assert machine_drop.speed_up_on("peak_memory_bytes", then, now) == 0.0, "a faster machine does not move memory"
-    assert machine_drop.speed_up_on("cpu_seconds_per_sample", then, {}) == 0.0
+    assert machine_drop.speed_up_on("peak_memory_bytes", then, now) is None, "a faster machine does not move memory"
+    assert machine_drop.speed_up_on("cpu_seconds_per_sample", then, {}) is None, "the probe not read now"
+    assert machine_drop.speed_up_on("instructions_per_sample", then, now) == 0.0, \
+        "a count of work: a faster machine hides no slowdown from it"
+    assert machine_drop.speed_up_on("fastest_step_samples_per_second", then, now, calibrated=True) == 0.0, \
+        "--perf-calibrate scaled the rate by the probe already"
+    assert machine_drop.speed_up_on("cpu_seconds_per_sample", then, now, calibrated=True) == pytest.approx(0.05), \
+        "and left CPU time as measured"
 
 
 def test_the_speed_up_is_read_against_the_sessions_kept_and_each_metric_through_the_sessions_grows_by_its_own():

@@ -224,7 +224,8 @@ class Gate:
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
         result.conclude("pass")
-        faster = {v.metric: machine_drop.speed_up_on(v.metric, then, now) for v in verdicts} if weighs else {}
+        faster = ({v.metric: machine_drop.speed_up_on(v.metric, then, now, self.settings.calibrate) for v in verdicts}
+                  if self.weighs_machine else {})
         blunted = (session_spread.why_blunted(spread_rows)
                    + session_spread.hidden_by_speed_up(faster, verdicts, session_spread.like_only(spreads)))
         if blunted:

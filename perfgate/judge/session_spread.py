@@ -117,8 +117,8 @@ class SessionSpread:
         return min(self.hidden(past_baseline + self.quantile(CATCH) * self.width), past_sessions)
 
     def hidden(self, slowdown: float) -> float:
-        """The slowdown that reads as ``slowdown`` on a machine ``faster`` than the sessions'."""
-        return hide(slowdown, self.faster)
+        """hidden_slowdown on a machine ``faster`` than the sessions'."""
+        return hidden_slowdown(slowdown, self.faster)
 
     def sessions_catch(self, tolerance: float) -> float:
         """The slowdown that takes this metric past its ``confirming`` margin 9 sessions in 10."""
@@ -298,29 +298,33 @@ def why_blunted(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return reasons
 
 
-def hidden_by_speed_up(faster: Mapping[str, float], verdicts: Sequence[Any], judged: Collection[str]) -> list[str]:
-    """Why a pass against the baseline alone may hide a slowdown beyond the tolerance: the gated metrics that no
-    sessions like this one judge (``judged``: those whose figure grows by their own speed-up, SessionSpread.faster)
-    each ran on a machine ``faster`` than when the baseline was measured, by the probe on its own clock
-    (machine_drop.speed_up_on), by more than its stored tolerance. A slowdown reads smaller by the speed-up: one up
-    to the least of their (1 + tolerance)(1 + speed-up) - 1 reads as within the tolerance, and one a little larger
-    passes within noise too. A fresh clone with neither history nor stored sessions on the family 25 model 17 VM,
-    whose matmul read 20 % faster than at its baselines, would have passed a planted 20 % with nothing said
-    (docs/measurements.md). Empty where a gated metric still catches a slowdown within about twice its tolerance."""
-    unjudged = [verdict for verdict in verdicts if verdict.metric not in judged]
-    if not unjudged or any(faster.get(verdict.metric, 0.0) <= verdict.tolerance for verdict in unjudged):
+def hidden_by_speed_up(faster: Mapping[str, float | None], verdicts: Sequence[Any], judged: Collection[str]
+                       ) -> list[str]:
+    """Why a pass against the baseline alone may hide a slowdown beyond the tolerance: no gated metric is one that
+    sessions like this one judge (``judged``, like_only), and each whose speed-up was read ran on a machine
+    ``faster`` than when the baseline was measured (machine_drop.speed_up_on) by more than its stored tolerance. A
+    slowdown reads smaller by the speed-up: one up to the least of their (1 + tolerance)(1 + speed-up) - 1 reads as
+    within the tolerance, and one a little larger passes within noise too. A fresh clone with neither history nor
+    stored sessions on the family 25 model 17 VM, whose matmul read 20 % faster than at its baselines, would have
+    passed a planted 20 % with nothing said (docs/measurements.md). Empty where sessions judge (why_blunted speaks
+    for them), where no speed-up was read, or where a gated metric still catches a slowdown within about twice its
+    tolerance."""
+    read = [verdict for verdict in verdicts if faster.get(verdict.metric) is not None]
+    if (not read or any(verdict.metric in judged for verdict in verdicts)
+            or any(faster[verdict.metric] <= verdict.tolerance for verdict in read)):
         return []
-    readings = ", ".join(f"{verdict.metric} {faster[verdict.metric]:.1%}" for verdict in unjudged)
-    hides = min(hide(verdict.tolerance, faster[verdict.metric]) for verdict in unjudged)
+    readings = ", ".join(f"{verdict.metric} {faster[verdict.metric]:.1%}" for verdict in read)
+    hides = min(hidden_slowdown(verdict.tolerance, faster[verdict.metric]) for verdict in read)
     return [f"this session's probe read faster than when the baseline was measured, on each gated metric's clock by "
             f"more than its stored tolerance ({readings}), and no unchanged sessions like this one say how far the "
             f"case strays here, so a slowdown of up to {hides:.1%} reads as within the tolerance against the baseline "
-            "alone, and only a larger one can FAIL (keep sessions with the baseline: perfgate store-sessions; or "
-            "refresh it: --update-baselines)"]
+            "alone, and only a larger one can FAIL (record unchanged sessions, --perf-history, and keep them with the "
+            "baseline: perfgate store-sessions; or refresh it: --update-baselines)"]
 
 
-def hide(slowdown: float, faster: float) -> float:
-    """The slowdown that reads as ``slowdown`` on a machine ``faster`` than the one compared with."""
+def hidden_slowdown(slowdown: float, faster: float) -> float:
+    """The slowdown that reads as ``slowdown`` on a machine ``faster`` than the one compared with (for a rate, a
+    little less than it: the figure errs low)."""
     return (1.0 + slowdown) * (1.0 + faster) - 1.0
 
 

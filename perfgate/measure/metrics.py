@@ -152,11 +152,15 @@ def unit_of(name: str, counted: str = "samples") -> str:
 def calibrated(metric: str, value: float, probe: float, reference: float) -> float:
     """``value`` as if the machine had run at the ``reference`` probe reading instead of ``probe``: a rate
     scales with the machine's speed, a time inversely; other metrics are returned as they are."""
-    info = METRICS[metric]
-    if info.unit not in SPEED_UNITS:
+    if not scaled_by_probe(metric):
         return value
     speedup = reference / probe
-    return value * speedup if info.better == "higher" else value / speedup
+    return value * speedup if METRICS[metric].better == "higher" else value / speedup
+
+
+def scaled_by_probe(metric: str) -> bool:
+    """Whether ``calibrated`` scales the metric: a rate or a time by the wall clock."""
+    return METRICS[metric].unit in SPEED_UNITS
 
 
 def slowest_rank(probe: dict | None, kernel: str) -> float | None:
