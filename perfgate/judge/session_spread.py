@@ -13,7 +13,8 @@ is left unresolved, never a FAIL; a session worse than the sessions' mean beyond
 fails even where the baseline, outrun by the machine since, would pass it; a pass says how large a slowdown the
 machine lets a stored baseline catch, and the A/B command that catches a smaller one. Where the history holds too
 few such sessions (a fresh clone, a CI job without a shared database), the sessions stored with the baseline
-(``perfgate store-sessions``) stand in for it.
+(``perfgate store-sessions``) stand in for it; where neither holds them, a pass on a machine that the probe reads
+faster than at the baseline says how large a slowdown hides behind that (hidden_by_speed_up).
 """
 
 from __future__ import annotations
@@ -323,8 +324,8 @@ def hidden_by_speed_up(faster: Mapping[str, float | None], verdicts: Sequence[An
 
 
 def hidden_slowdown(slowdown: float, faster: float) -> float:
-    """The slowdown that reads as ``slowdown`` on a machine ``faster`` than the one compared with (for a rate, a
-    little less than it: the figure errs low)."""
+    """The slowdown that reads as ``slowdown`` on a machine ``faster`` than the one compared with (for a rate the
+    exact figure, (1 + faster) / (1 - slowdown) - 1, is a little larger: this one errs low)."""
     return (1.0 + slowdown) * (1.0 + faster) - 1.0
 
 
