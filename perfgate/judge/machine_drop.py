@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Collection, Mapping, NamedTuple, Sequence
 
 from perfgate.judge.session_spread import worsening
-from perfgate.measure.metrics import MACHINE_PROBES, METRICS, SPEED_UNITS, scaled_by_probe
+from perfgate.measure.metrics import MACHINE_PROBES, METRICS, scaled_by_probe
 
 
 class Drop(NamedTuple):
@@ -210,7 +210,7 @@ def awaits_cpu_clock(verdicts: Sequence[Any], turns: float | None, known: Collec
 def moves_with_speed(metric: str) -> bool:
     """Whether a slower machine, or less of it, moves the metric: a rate or a time, not memory, FLOPs per sample or
     a share."""
-    return METRICS[metric].unit in SPEED_UNITS or metric == "mfu"
+    return scaled_by_probe(metric) or metric == "mfu"
 
 
 CPU_TIME_METRICS = frozenset({"cpu_seconds_per_sample", "least_step_cpu_seconds_per_sample", "host_cpu_per_step_s"})
