@@ -10,7 +10,8 @@ gate's rules from what it recorded: its runs' verdicts against the baseline alon
 case's *other* unchanged sessions (leave one out) as ``perfgate store-sessions`` would have stored them
 (judge.session_spread.stored, with its machine filter, and those on a machine as fast or faster, to excuse only,
 where too few ran on a like machine: session_spread.stored_judging). Prints, per case, how many unchanged sessions
-FAILed as recorded and as decided so, how many planted ones FAILed, how many of the plants at least as large as
+FAILed as recorded, as decided with no other session stored (a new class's first sessions, today's rules) and as
+decided with the others stored, how many planted ones FAILed each way, how many of the plants at least as large as
 the figure the gate gave them FAILed, and the smallest slowdown the gate said a stored baseline catches there. A
 session's runs are those it recorded: a rule that would have asked for more runs cannot be replayed.
 
@@ -103,10 +104,10 @@ def main() -> int:
     parser.add_argument("--with-stored", action="store_true",
                         help="count the sessions each baseline file already stores among every session's others")
     args = parser.parse_args()
-    print("| case | unchanged sessions | FAIL as recorded | FAIL with the others stored | unresolved | planted "
-          "(size): FAIL as recorded / with the others stored | planted at or above its figure: FAIL | catches "
-          "(median, unchanged sessions) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| case | unchanged sessions | FAIL as recorded | FAIL with none stored | FAIL with the others stored | "
+          "unresolved | planted (size): FAIL as recorded / with none stored / with the others stored | planted at or "
+          "above its figure: FAIL | catches (median, unchanged sessions) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (case, hardware_class), results in sorted(sessions_of(args.history).items()):
         baseline = baselines.load(args.baseline_dir / hardware_class / f"{case}.json")
         if baseline is None:
@@ -119,12 +120,15 @@ def main() -> int:
         again = [decided(r, [o for o in unchanged if o is not r], measured, stored) for r in unchanged]
         plants = [(r.injected_slowdown, *decided(r, unchanged, measured, stored)) for r in planted]
         caught = [outcome for _, outcome, _ in plants]
+        cold = [decided(r, [], measured)[0] for r in unchanged]
+        cold_caught = [decided(r, [], measured)[0] for r in planted]
         promised = at_or_above_figure(plants)
         sizes = ", ".join(f"{size:.0%}" for size in sorted({r.injected_slowdown for r in planted}))
         catches = [least for _, rows in again if (least := figure(rows)) is not None]
-        print(f"| {case} | {len(unchanged)} | {sum(r.verdict == 'FAIL' for r in unchanged)} | "
+        print(f"| {case} | {len(unchanged)} | {sum(r.verdict == 'FAIL' for r in unchanged)} | {cold.count('FAIL')} | "
               f"{sum(outcome == 'FAIL' for outcome, _ in again)} | {sum(outcome == 'unresolved' for outcome, _ in again)}"
-              f" | ({sizes or '-'}): {sum(r.verdict == 'FAIL' for r in planted)} / {caught.count('FAIL')} of "
+              f" | ({sizes or '-'}): {sum(r.verdict == 'FAIL' for r in planted)} / {cold_caught.count('FAIL')} / "
+              f"{caught.count('FAIL')} of "
               f"{len(planted)} | {promised.count('FAIL')} of {len(promised)} | "
               f"{f'{statistics.median(catches):.1%}' if catches else '-'} |")
     return 0

@@ -288,7 +288,8 @@ class Gate:
              any(row["rule"] == "machine slower" for row in rows)),
             ("a neighbour took turns on the cores and no CPU-clock metric FAILed beyond what the machine does",
              any(row["rule"] == "neighbour" for row in rows)),
-            ("only its wall clock moved", any(row["rule"] == "wall alone" for row in rows)),
+            ("only its wall clock moved beyond what the machine's cores explain",
+             any(row["rule"] == "wall alone" for row in rows)),
             ("its pairs ran one launch after the other while a neighbour took turns on the cores",
              any(row["rule"] == "in turn" for row in rows))) if holds]
         message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than {self.reference.against}, but "
@@ -416,8 +417,8 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
     against the baseline alone) and compares each drop with what each metric on its clock FAILed against, then, where
     ``cpu_flavour`` (a CPU flavour against a stored baseline), a wall-clock FAIL while no CPU-clock metric FAILed
     beyond the probe's drop by CPU time or the spread between sessions in a session a neighbour took ``turns`` in,
-    and a FAIL of the wall clock
-    alone on a metric whose spread no history knows. Returns the outcomes and each rule's rows."""
+    and a FAIL of the wall clock alone (the CPU clock held, or moved no further than the probe's drop by CPU time
+    explains) on a metric whose spread no history knows. Returns the outcomes and each rule's rows."""
     outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
     against = {row["metric"]: row["against_sessions"] for row in spread_rows if not row["unlike"]}
     worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
@@ -426,7 +427,8 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
         outcomes, neighbour_rows = machine_drop.beside_a_neighbour(
             verdicts, outcomes, turns, raw=raw, known=against,
             held=machine_drop.held_on_slower_cores(verdicts, raw, worse, cores) | session_spread.held(spread_rows))
-        outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against)
+        outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against, cores=cores,
+                                                       worse=worse)
         drop_rows += neighbour_rows + alone_rows
     return outcomes, spread_rows, drop_rows
 
