@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings as python_warnings
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Optional, Union, get_args
@@ -128,6 +129,10 @@ class Result:
     """Where each gated metric stands in the results database (--perf-history), set once the session is kept."""
     command: Optional[str] = None
     """The exact launch command (its run directory as $WORKDIR), once the case has launched."""
+    warnings: list[Row] = dataclasses.field(default_factory=list)
+    """What the case warned of, as pytest showed it: each a ``category`` (the warning's class) and its ``message``. A
+    pass, stale or unresolved verdict says why here (a slowdown its machine could hide, a plant that did not take),
+    so that a reader of the record alone, a CI step summary or the dashboard, sees what the terminal did."""
 
     def conclude(self, verdict: Verdict, message: str | None = None) -> None:
         """Sets the verdict (and the failure's message), refusing a word that is not one."""
@@ -136,6 +141,11 @@ class Result:
         self.verdict = verdict
         if message is not None:
             self.message = message
+
+    def warn(self, warning: Warning) -> None:
+        """Warns, as pytest shows it, and keeps the warning in the record."""
+        self.warnings.append({"category": type(warning).__name__, "message": str(warning)})
+        python_warnings.warn(warning, stacklevel=2)
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types."""

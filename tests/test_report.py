@@ -164,3 +164,17 @@ def test_where_the_launches_time_went_is_summed_per_case_with_the_reference_side
     assert "### Where the launches' time went" in document
     assert "| " + " | ".join(TIME_HEADER) + " |" in document and "| clip-l-gpu | 2 | 65.6 s |" in document
     assert "**Window share: 15% of the session's launch time" in document
+
+
+def test_the_markdown_summary_unfolds_each_failure_and_each_warning_under_its_case():
+    """A CI step summary shows what the terminal did: why a case FAILed, and why one passed with a warning."""
+    from perfgate.config.settings import Settings
+    from perfgate.report import markdown
+    failed = record("clip-cpu", verdict="FAIL", message="clip-cpu: performance regression on k")
+    warned = record("unet-cpu", verdict="pass", warnings=[
+        {"category": "SessionSpreadWarning", "message": "unet-cpu: passed on k, but a slowdown of up to 25.9% hides"}])
+    document = markdown.summary([warned, failed], Settings())
+    assert ("<details><summary>clip-cpu: FAIL</summary>\n\n```\nclip-cpu: performance regression on k\n```"
+            in document)
+    assert ("<details><summary>unet-cpu: pass, SessionSpreadWarning</summary>\n\n```\nunet-cpu: passed on k, but a "
+            "slowdown of up to 25.9% hides\n```") in document

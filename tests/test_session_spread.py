@@ -341,6 +341,7 @@ def test_a_pass_with_no_sessions_on_a_machine_faster_than_at_its_baseline_says_w
     assert (f"a slowdown of up to {1.05 * 1.20 - 1.0:.1%} reads as within the tolerance against the baseline alone, "
             "and only a larger one can FAIL") in message
     assert "perfgate store-sessions" in message and "--perf-against REF" in message
+    assert result.warnings == [{"category": "SessionSpreadWarning", "message": message}], "the record says it too"
     with warnings.catch_warnings():
         warnings.simplefilter("error", SessionSpreadWarning)
         assert gate(plan, [99.5, 100.0, 100.5], {}, probe=67.0).check().verdict == "pass", "3 % faster: within 5 %"

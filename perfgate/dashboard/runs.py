@@ -36,6 +36,8 @@ def write_run(site: Site, point: Point, result: Result, has_case_page: bool) -> 
              ("planted slowdown", f"{result.injected_slowdown:.0%}" if result.injected_slowdown else ""),
              ("logs were in", f"<code>{html.escape(result.workdir or '')}</code>" if result.workdir else "")]
     message = f"<h2>Why</h2><pre>{html.escape(result.message)}</pre>" if result.message else ""
+    message += "".join(f"<h2>{html.escape(warned['category'])}</h2><pre>{html.escape(warned['message'])}</pre>"
+                       for warned in result.warnings)
     metric_cells = [[html.escape(str(row.get("metric"))), number(row.get("measured")), number(row.get("baseline")),
                      "-" if row.get("change") is None else f"{row['change']:+.1%}",
                      "-" if row.get("tolerance") is None else f"{row['tolerance']:.1%}",

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -219,7 +218,7 @@ class Gate:
                        f"{self.reference.where} allows\n{details}\n{advice}")
             if self.settings.fail_stale:
                 raise CaseFailed(message)
-            warnings.warn(StaleBaselineWarning(message))
+            self.result.warn(StaleBaselineWarning(message))
             return result
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
@@ -229,14 +228,14 @@ class Gate:
         blunted = (session_spread.why_blunted(spread_rows)
                    + session_spread.hidden_by_speed_up(faster, verdicts, session_spread.like_only(spreads)))
         if blunted:
-            warnings.warn(SessionSpreadWarning(
+            self.result.warn(SessionSpreadWarning(
                 f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(blunted)}{planted}\n{details}\n"
                 f"{session_spread.ab_instead(result.test)}"))
         unproven = [f"{v.metric} read {v.comparison.worse(v.better)[0]:.1%} worse, beyond its {v.tolerance:.1%} "
                     f"tolerance, and {v.runs} {self.evidence} could not tell that from noise"
                     for v, outcome in zip(verdicts, outcomes) if outcome == "pass" and v.outcome == "inconclusive"]
         if unproven:
-            warnings.warn(UnprovenPassWarning(
+            self.result.warn(UnprovenPassWarning(
                 f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(unproven)}{planted}\n{details}\n"
                 f"{self.what_settles_it()}"))
         return result
@@ -296,7 +295,7 @@ class Gate:
                    f"{' and '.join(why)}{details}\n{self.instead()}")
         if self.settings.fail_unresolved:
             raise CaseFailed(message)
-        warnings.warn(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
+        self.result.warn(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
         return self.result
 
     def unresolved(self, verdicts: list[baselines.MetricVerdict], baseline: baselines.Baseline,
@@ -321,7 +320,7 @@ class Gate:
                    "(docs/ab.md)")
         if self.settings.fail_unresolved:
             raise CaseFailed(message)
-        warnings.warn(UnresolvedVerdictWarning(message))
+        self.result.warn(UnresolvedVerdictWarning(message))
         return self.result
 
     def check_plant(self, verdicts: list[baselines.MetricVerdict], measurement: Measurement) -> None:
@@ -334,7 +333,7 @@ class Gate:
         for row in rows:
             if not row["took"]:
                 applied = "" if row["applied"] is None else f" (the runs applied {row['applied']:.1%})"
-                warnings.warn(PlantNotTakenWarning(
+                self.result.warn(PlantNotTakenWarning(
                     f"{self.plan.run.key}: a planted slowdown of {fraction:.0%}{applied} should move {row['metric']} "
                     f"by {row['expected_change']:+.1%}, but it moved {row['measured_change']:+.1%} against "
                     f"{self.reference.where}: the plant did not take, or the machine got that much faster since "

@@ -3,7 +3,6 @@ tolerances. Judging a case and writing its baseline both ask."""
 
 from __future__ import annotations
 
-import warnings
 
 from perfgate.launch.plan import Plan
 from perfgate.measure import metrics
@@ -57,7 +56,7 @@ class GatedMetrics:
                 self.note_ungated([name], "the runs did not measure it" + why_absent(measurement, name))
         if "host_cpu_per_step_s" in measured and any(str(fact).startswith(host_wait.SPINS) for fact in
                                                      measurement.start_facts("host_wait")):
-            warnings.warn(HostSpinWarning(
+            self.result.warn(HostSpinWarning(
                 f"{run.key}: host_cpu_per_step_s is gated, but the host spun while it waited for the GPU, so its CPU "
                 "time per step is the step's time, not its work: give the case's GPU flavour {'host-wait': 'block'} "
                 "(docs/clocks.md)"))
@@ -68,4 +67,4 @@ class GatedMetrics:
         if not names:
             return
         self.result.ungated.extend({"metric": name, "why": why} for name in names)
-        warnings.warn(UngatedMetricWarning(f"{self.plan.run.key}: {', '.join(names)} not gated: {why}"))
+        self.result.warn(UngatedMetricWarning(f"{self.plan.run.key}: {', '.join(names)} not gated: {why}"))

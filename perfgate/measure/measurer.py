@@ -14,7 +14,6 @@ import shlex
 import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -222,7 +221,7 @@ class Measurer:
         """A warm start that compiles anyway costs nearly what a cold one does: say so, rather than bill it silently."""
         cache = run["facts"]["end"].get("compile_cache") or {}
         if cache.get("bypasses"):
-            warnings.warn(CompileCacheBypassWarning(
+            self.result.warn(CompileCacheBypassWarning(
                 f"{self.label} run {run['run'] + 1}: torch.compile could not cache {cache['bypasses']} graph(s) in "
                 f"{cache.get('dir') or 'its cache directory'} (inductor's FX graph cache bypassed them): they compile "
                 "again in every launch; run with TORCH_LOGS=+inductor to see why"))
@@ -232,7 +231,7 @@ class Measurer:
         the runs' directories, whatever the outcome."""
         gpu = self.result.gpu
         if gpu and gpu["mean_utilization"] is not None and gpu["mean_utilization"] < min_gpu_util:
-            warnings.warn(LowGpuUtilizationWarning(
+            self.result.warn(LowGpuUtilizationWarning(
                 f"{self.result.case}: the least busy GPU was utilised {gpu['mean_utilization']:.0%} of the "
                 f"measured window (< {min_gpu_util:.0%}, --perf-min-gpu-util): the case is bound by something other "
                 "than the GPU (input pipeline, host, communication); see the benchy IO / SYNTHETIC columns"))
@@ -267,7 +266,7 @@ class Measurer:
         if finished:
             cause = failure.message.splitlines()[0]
             self.result.teardown_failures.append({"run": index, "kind": failure.kind, "cause": cause})
-            warnings.warn(TeardownFailureWarning(
+            self.result.warn(TeardownFailureWarning(
                 f"{self.plan.run.key}: run {index + 1} finished its steps and end record, then {failure.kind} in "
                 f"teardown: {cause} The measurement is kept; a rank that cannot exit cleanly is worth a look: logs "
                 f"kept in {run_dir}"))

@@ -20,6 +20,11 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
     return [cells(header), "|" + "---|" * len(header), *(cells(row) for row in rows)]
 
 
+def folded(heading: str, text: str) -> list[str]:
+    """``text`` verbatim under a ``heading`` that unfolds it."""
+    return [f"<details><summary>{heading}</summary>", "", "```", text, "```", "", "</details>", ""]
+
+
 def verdict_line(results: Sequence[Result]) -> str:
     counts: dict[str, int] = {}
     for result in results:
@@ -29,7 +34,8 @@ def verdict_line(results: Sequence[Result]) -> str:
 
 def summary(results: Sequence[Result], settings: Settings,
             pictures: dict[str, list[str]] | None = None, create_baselines: str | None = None) -> str:
-    """The whole summary: the terminal's tables (report/tables.py), each under its heading; each failure's message;
+    """The whole summary: the terminal's tables (report/tables.py), each under its heading; each failure's message
+    and each case's warnings (a pass or an unresolved verdict says why there);
     ``pictures`` (case or family -> relative PNG paths) linked under their own heading; it ends with the command
     that creates missing baselines."""
     results = sorted(results, key=lambda r: r.case)
@@ -45,8 +51,9 @@ def summary(results: Sequence[Result], settings: Settings,
         lines += [f"**{share[0].upper()}{share[1:]}**", ""]
     for result in results:
         if result.message:
-            lines += [f"<details><summary>{result.case}: {result.verdict}</summary>", "", "```",
-                      result.message, "```", "", "</details>", ""]
+            lines += folded(f"{result.case}: {result.verdict}", result.message)
+        for warned in result.warnings:
+            lines += folded(f"{result.case}: {result.verdict}, {warned['category']}", warned["message"])
     if pictures:
         lines += ["### Plots", ""]
         for subject, paths in sorted(pictures.items()):
