@@ -65,6 +65,8 @@ def test_perf_json_loads_in_pytest_benchmark_and_compares(tmp_path, results):
     from pytest_benchmark.storage.file import FileStorage
 
     path = tmp_path / "perf.json"
+    warned = [{"category": "PlantNotTakenWarning", "message": "x-fp32-cpu: a planted slowdown ... did not take"}]
+    results[0].warnings = warned
     benchmark_json.BenchmarkJson(path, {"perfgate_hardware_classes": ["cpu-test-2c-n1"]}).write(results, Settings())
     loaded = list(FileStorage(tmp_path, Logger(Logger.QUIET)).load_benchmarks(str(path)))
     assert sorted(b["fullname"] for b in loaded) == sorted(r.test for r in results)
@@ -72,7 +74,7 @@ def test_perf_json_loads_in_pytest_benchmark_and_compares(tmp_path, results):
     assert fail["rounds"] == 3 * (8 - WARMUP)
     assert fail["mean"] == pytest.approx(numpy.mean([t for r in results[0].per_run for t in r["step_times_s"][2:]]))
     assert fail["extra_info"]["perfgate_verdict"] == "FAIL"
-    assert fail["extra_info"]["gated"][0]["tolerance"] == 0.05
+    assert fail["extra_info"]["gated"][0]["tolerance"] == 0.05 and fail["extra_info"]["warnings"] == warned
     document = json.loads(path.read_text())
     assert document["machine_info"]["perfgate_hardware_classes"] == ["cpu-test-2c-n1"]
     assert {"node", "python_version", "cpu"} <= set(document["machine_info"])
@@ -182,6 +184,10 @@ def test_junit_properties_carry_verdict_change_and_tolerance(results):
     assert properties["perfgate.samples_per_second.change"] == "-23.0%"
     assert properties["perfgate.samples_per_second.tolerance"] == "5.0%"
     assert properties["perfgate.samples_per_second"].endswith("samples/s")
+    assert "perfgate.warning" not in properties
+    results[0].warnings.append({"category": "UnprovenPassWarning", "message": "x: passed, but could not tell"})
+    assert terminal.junit_properties(results[0])[-1] == ("perfgate.warning", "UnprovenPassWarning: x: passed, but "
+                                                         "could not tell")
 
 
 def commit_baseline(repo, value, message, **fields):

@@ -46,6 +46,7 @@ def extra_info(result: Result) -> dict[str, Any]:
         "injected_slowdown": result.injected_slowdown,
         "gated": [{key: row.get(key) for key in ("metric", "unit", "measured", "baseline", "change", "tolerance",
                                                   "verdict")} for row in result.metrics],
+        "warnings": result.warnings,
     }
     if result.reference:
         reference = result.reference

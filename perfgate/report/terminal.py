@@ -25,7 +25,7 @@ def table(rows: list[list[str]], header: Sequence[str] = VERDICT_HEADER) -> list
 
 def junit_properties(result: Result) -> list[tuple[str, str]]:
     """What CI systems show of a case from JUnit XML: its verdict and, per gated metric, the measured and
-    baseline values, the change and the tolerance."""
+    baseline values, the change and the tolerance; then each warning it gave."""
     properties = [("perfgate.verdict", result.verdict), ("perfgate.hardware_class", result.hardware_class)]
     for row in result.metrics:
         name = f"perfgate.{row['metric']}"
@@ -37,6 +37,7 @@ def junit_properties(result: Result) -> list[tuple[str, str]]:
         if row.get("tolerance") is not None:
             properties.append((f"{name}.tolerance", f"{row['tolerance']:.1%}"))
         properties.append((f"{name}.verdict", row.get("verdict", result.verdict)))
+    properties += [("perfgate.warning", f"{warned['category']}: {warned['message']}") for warned in result.warnings]
     return properties
 
 
