@@ -176,13 +176,12 @@ class Gate:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
             then, now = baseline.provenance.get("measured", {}), measurement.medians()
             turns = machine_drop.turns_taken(then, now) if weighs else None
-            spreads = self.session_spreads(baseline, now.get(metrics.CALIBRATION_PROBE))
             more = undecided({v.outcome for v in verdicts}) or (
-                plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(verdicts, turns,
-                                                                      known=session_spread.like_only(spreads)))
+                plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(verdicts, turns))
             if not more or not self.may_measure_more(measurement, cap):
                 break
             baseline = self.measure_more(baseline, cap)
+        spreads = self.session_spreads(baseline, now.get(metrics.CALIBRATION_PROBE))
         machine = machine_drop.probe_drop(then, now, "wall") if weighs else None
         cores = machine_drop.probe_drop(then, now, "cpu") if weighs else None
         raw = [stats.settle(v.decision).outcome for v in verdicts]
@@ -424,7 +423,7 @@ def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: l
     outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
     if cpu_flavour:
         outcomes, neighbour_rows = machine_drop.beside_a_neighbour(
-            verdicts, outcomes, turns, raw=raw, known=against,
+            verdicts, outcomes, turns, raw=raw,
             held=machine_drop.held_on_slower_cores(verdicts, raw, worse, cores) | session_spread.held(spread_rows))
         outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against, cores=cores,
                                                        worse=worse)
