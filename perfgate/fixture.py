@@ -74,7 +74,7 @@ class PerfGate:
         if reference is None:
             gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
                         pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
-                        spreads=self._session_history(planned))
+                        spreads=self._session_history(planned, result))
         else:
             result.candidate_commit = state.reference.commits[1]
             if state.reference.environment is not None:
@@ -91,7 +91,8 @@ class PerfGate:
             measurer.finish(settings.min_gpu_util)
             self.request.node.user_properties.extend(terminal.junit_properties(result))
 
-    def _session_history(self, planned: Plan) -> Callable[[float | None, bool], dict[str, SessionSpread]] | None:
+    def _session_history(self, planned: Plan, result: Result
+                         ) -> Callable[[float | None, bool], dict[str, SessionSpread]] | None:
         """What the results history (--perf-history) tells the stored baseline's verdict; none when there is none,
         and under --update-baselines or --perf-calibrate (calibrated values are not what the history holds). Its
         libraries were found at configure."""
@@ -101,7 +102,7 @@ class PerfGate:
         from perfgate.trend.spreads import SessionHistory
 
         return SessionHistory(settings.history_url, settings.history_branch, run.key, planned.hardware_class,
-                              run.case.version, run.gated)
+                              run.case.version, run.gated, warn=result.warn)
 
     def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
         """Measures the reference side of a case, with no plant: a revision's checkout (its workloads and perfgate

@@ -130,7 +130,7 @@ class Result:
     command: Optional[str] = None
     """The exact launch command (its run directory as $WORKDIR), once the case has launched."""
     warnings: list[Row] = dataclasses.field(default_factory=list)
-    """What the case warned of, as pytest showed it: each a ``category`` (the warning's class) and its ``message``. A
+    """What the case warned of, as perfgate gave it: each a ``category`` (the warning's class) and its ``message``. A
     pass, stale or unresolved verdict says why here (a slowdown its machine could hide, a plant that did not take),
     so that a reader of the record alone, a CI step summary or the dashboard, sees what the terminal did."""
 

@@ -523,18 +523,23 @@ def test_the_spread_counts_a_metric_where_it_passed_in_sessions_on_a_machine_lik
 
 
 def test_a_history_that_cannot_be_read_is_one_warning_and_the_baseline_alone_judges(tmp_path):
-    """The gate asks once per run it measures, and again for sessions unlike this one: one warning says it."""
+    """The gate asks once, and again for sessions unlike this one: one warning says it, kept in the case's record."""
+    from fakes import record
+
     from perfgate.judge.gate import SessionSpreadWarning
     from perfgate.trend.spreads import SessionHistory
 
     broken = tmp_path / "history.db"
     broken.write_text("not a database")
-    history = SessionHistory(str(broken), None, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])
+    result = record("c-cpu")
+    history = SessionHistory(str(broken), None, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"],
+                             warn=result.warn)
     with pytest.warns(SessionSpreadWarning, match="c-cpu: the spread between sessions was not read .*the sessions "
                                                   "stored with the baseline, or else its tolerance alone, judge"
                       ) as caught:
         assert (history(100.0), history(100.0, unlike=True), history(90.0)) == ({}, {}, {})
     assert len(caught) == 1
+    assert [warned["category"] for warned in result.warnings] == ["SessionSpreadWarning"]
 
 
 def test_older_records_in_the_history_are_read_and_a_newer_one_is_refused_naming_its_row(tmp_path):

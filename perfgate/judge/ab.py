@@ -167,6 +167,7 @@ class ABGate(Gate):
             }
             if revision.python is not None:
                 self.result.reference.update(python=revision.python, environment=revision.environment)
+            self.result.warnings.extend(self.reference.measurer.result.warnings)
 
     def may_measure_more(self, measurement: Measurement, cap: int) -> bool:
         """Within the pair cap and, under --perf-ab-budget, when one more pair of the mean length so far ends in time;

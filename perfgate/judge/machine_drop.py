@@ -81,7 +81,8 @@ def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: Drop |
     which decides them instead). Held: each CPU-clock metric decided pass or stale (not even an unproven worsening)
     and none significantly worse, even within its tolerance; or worse by no more than the probe's drop by CPU time
     (``cores``) explains, however it was decided (``worse``: how much worse each is than what it FAILed against,
-    judge's; by default against the baseline). Slower code on a CPU does more work and moves both clocks, as every
+    judge's; by default against the baseline) and not significantly worse than the drop alone explains
+    (within_slower_cores). Slower code on a CPU does more work and moves both clocks, as every
     planted slowdown does; a session given less of the cores than its baseline's moves the wall clock alone: the
     U-Net with a loader worker, 4 processes on a 2-core VM, read its fastest step 11.7-16.4 % slower in unchanged
     quiet sessions with its CPU clock within tolerance (issue 47). Slower cores move the CPU clock as far as they
@@ -91,8 +92,7 @@ def wall_alone(verdicts: Sequence[Any], outcomes: Sequence[str], machine: Drop |
     settled = list(outcomes)
     worse = list(worse) or [worsening(verdict.change, verdict.better) for verdict in verdicts]
     cpu = [index for index, verdict in enumerate(verdicts) if clock(verdict.metric) == "cpu"]
-    explains = {index: covered(verdicts[index], worse[index], drop_on(verdicts[index].metric, None, cores))
-                for index in cpu}
+    explains = {index: within_slower_cores(verdicts[index], worse[index], cores) for index in cpu}
     if not cpu or not all(explains[index] or held_still(verdicts[index]) for index in cpu):
         return settled, []
     held = ", ".join(f"{verdicts[index].metric} {verdicts[index].change:+.1%}"
@@ -112,6 +112,14 @@ def held_still(verdict: Any) -> bool:
     """Whether a metric held against the baseline: decided pass or stale, and not significantly worse even within its
     tolerance."""
     return verdict.outcome in ("pass", "stale") and verdict.comparison.worse(verdict.better)[1] <= 0
+
+
+def within_slower_cores(verdict: Any, worse: float, cores: Drop | None) -> bool:
+    """Whether a CPU-clock metric moved no further than slower cores explain: worse by no more than the probe's drop
+    by CPU time and its tolerance allow (covered), and not significantly worse than the drop alone explains."""
+    drop = drop_on(verdict.metric, None, cores)
+    return (covered(verdict, worse, drop)
+            and verdict.comparison.worse(verdict.better)[1] <= explained(verdict, drop, tolerance=0.0))
 
 
 def within_cores(verdict: Any, cores: Drop) -> str:
@@ -145,9 +153,9 @@ def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: 
     slower cores with loaded ones, and say little of how far a neighbour moves a workload of several processes. On
     the Intel family 6 model 207 VM a ResNet-50 beside two busy processes (the probe's thread 32 % off the cores)
     read its fastest step 41.7 % slower and its CPU clock 15.4 % better than the baseline: with 15 other sessions
-    stored, those like it by the probe allowed 40.4 %, and it FAILed (docs/measurements.md). A CPU-clock FAIL that another rule left unresolved as within what the machine does (``held``: the
-    probe's drop by CPU time covers it, held_on_slower_cores, or the spread between sessions holds it) held as far
-    as the machine let it, and is no sign of more work: beside two busy processes the OpenCLIP bf16 case read its
+    stored, those like it by the probe allowed 40.4 %, and it FAILed (docs/measurements.md). A CPU-clock FAIL that
+    another rule left unresolved as within what the machine does (``held``: the probe's drop by CPU time covers it,
+    held_on_slower_cores, or the spread between sessions holds it) held as far as the machine let it, and is no sign of more work: beside two busy processes the OpenCLIP bf16 case read its
     CPU clock 6.5 % worse while the probe's CPU-time rate ran 7.0 % slower, and its fastest step 42.0 % slower while
     the probe's thread got 32 % less of the cores (docs/measurements.md)."""
     settled = list(outcomes)
@@ -278,14 +286,15 @@ def covered(verdict: Any, worse: float, drop: Drop | None) -> bool:
     return drop is not None and drop.change < 0 and worse <= explained(verdict, drop)
 
 
-def explained(verdict: Any, drop: Drop) -> float:
-    """The worsening of the metric that the machine's drop and the metric's tolerance explain together, beyond which
-    its reading FAILs on this machine now. A rate d slower makes a rate (higher is better) d worse and a time (lower
-    is better) 1/(1+d) - 1 worse: a copy 15.4 % slower makes the CPU seconds per sample 18.2 % more."""
-    slower = 1.0 + drop.change
+def explained(verdict: Any, drop: Drop, tolerance: float | None = None) -> float:
+    """The worsening of the metric that the machine's drop and the metric's tolerance (or ``tolerance``) explain
+    together, beyond which its reading FAILs on this machine now. A rate d slower makes a rate (higher is better) d
+    worse and a time (lower is better) 1/(1+d) - 1 worse: a copy 15.4 % slower makes the CPU seconds per sample
+    18.2 % more."""
+    slower, tolerance = 1.0 + drop.change, verdict.tolerance if tolerance is None else tolerance
     if verdict.better == "higher":
-        return 1.0 - (1.0 - verdict.tolerance) * slower
-    return (1.0 + verdict.tolerance) / slower - 1.0
+        return 1.0 - (1.0 - tolerance) * slower
+    return (1.0 + tolerance) / slower - 1.0
 
 
 def clock(metric: str) -> str | None:

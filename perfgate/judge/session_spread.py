@@ -202,7 +202,8 @@ def stored_judging(sessions: Sequence[StoredSession], metrics: Sequence[str], ma
 
 
 def like_only(spreads: Mapping[str, SessionSpread]) -> set[str]:
-    """The metrics whose spread sessions like this one tell: the ones the probe's rules leave to this module."""
+    """The metrics whose spread sessions like this one tell: the ones the wall-alone rule and the hidden slowdown's
+    warning leave to this module (the neighbour rule reads the wall clock whatever they tell)."""
     return {metric for metric, spread in spreads.items() if not spread.unlike}
 
 

@@ -12,7 +12,7 @@ least as fast may excuse a FAIL, never make one (session_spread.with_unlike).
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from typing import Callable, Sequence
 
 from perfgate.judge.gate import SessionSpreadWarning
 from perfgate.judge.session_spread import MIN_SESSIONS, SessionSpread, counts
@@ -30,13 +30,15 @@ unresolved session after session, must not become the sessions' mean and pass.""
 class SessionHistory:
     """What the gate asks the results history of a case: given its runs' probe, each gated metric's spread between
     the sessions like it. A history that cannot be read is one warning for the case, however often the gate asks
-    (once per run it measures, and again for sessions unlike this one), and is not read again for that case, even
+    (once, and again for sessions unlike this one), and is not read again for that case, even
     if it was only locked for a moment: the sessions stored with the baseline, or else its tolerance alone, judge."""
 
     def __init__(self, url: str, branch: str | None, case: str, hardware_class: str, workload_version: str,
-                 metrics: Sequence[str]) -> None:
+                 metrics: Sequence[str], warn: Callable[[Warning], None] = warnings.warn) -> None:
+        """``warn``: how the unread history is said (the case's Result.warn, which keeps it in the record)."""
         self.url, self.branch, self.case = url, branch, case
         self.hardware_class, self.workload_version, self.metrics = hardware_class, workload_version, metrics
+        self.warn = warn
         self.unreadable = False
 
     def __call__(self, machine: float | None, unlike: bool = False) -> dict[str, SessionSpread]:
@@ -47,8 +49,8 @@ class SessionHistory:
                          machine, unlike)
         except (DatabaseError, OSError) as exc:
             self.unreadable = True
-            warnings.warn(SessionSpreadWarning(f"{self.case}: the spread between sessions was not read ({exc}); the "
-                                               "sessions stored with the baseline, or else its tolerance alone, judge"))
+            self.warn(SessionSpreadWarning(f"{self.case}: the spread between sessions was not read ({exc}); the "
+                                           "sessions stored with the baseline, or else its tolerance alone, judge"))
             return {}
 
 
