@@ -522,6 +522,39 @@ def test_the_spread_counts_a_metric_where_it_passed_in_sessions_on_a_machine_lik
         (100.0, 5), (80.0, 10), None), "sessions on a machine at least as fast, to excuse only"
 
 
+def test_a_loaded_session_beyond_the_sessions_like_it_by_the_probe_is_unresolved_where_a_neighbour_took_turns(
+        tmp_path):
+    """Six recorded sessions of a case whose fastest step read 17.7 % under its baseline, on a machine probing like
+    a loaded session's (the Intel ResNet-50 of 2026-12-06, 06:15, docs/measurements.md): judged by them, its -41.7 %
+    is beyond what they allow. Its CPU clock read better than the baseline, and the probe's thread got 32 % less of
+    the cores: unresolved, a neighbour's doing; with no neighbour, it FAILs."""
+    from perfgate.judge.gate import machine_rules
+    from perfgate.judge.machine_drop import Drop
+    from perfgate.measure.stats import Comparison
+
+    url, wall, cpu = str(tmp_path / "history.db"), "fastest_step_samples_per_second", "cpu_seconds_per_sample"
+    database = ResultsDatabase(url)
+    for value in (29.0, 36.4, 32.7, 30.9, 34.5, 32.7):
+        database.record([result(value=value, probe=146.0)], CONTEXT)
+    database.close()
+    spreads = learn(url, "c-cpu", "hw", "1", [wall], machine=146.0)
+    assert spreads[wall].sessions == 6, "the wall clock's spread is known"
+
+    def verdict(metric, change, better, tolerance, baseline, outcome):
+        return dataclasses.make_dataclass("Verdict", ["metric", "change", "better", "tolerance", "baseline", "outcome",
+                                                      "comparison"])(
+            metric, change, better, tolerance, baseline, outcome, Comparison(change, change - 0.05, change + 0.05, 0.01))
+
+    verdicts = [verdict(wall, -0.417, "higher", 0.06, 39.733, "FAIL"), verdict(cpu, -0.154, "lower", 0.0535, 0.05258,
+                                                                                "stale")]
+    rules = dict(raw=["FAIL", "stale"], machine=Drop(-0.13, "probe_matmul_gflops"),
+                 cores=Drop(0.27, "probe_matmul_cpu_gflops"), cpu_flavour=True)
+    outcomes, spread_rows, rows = machine_rules(spreads, verdicts, turns=-0.322, **rules)
+    assert spread_rows[0]["least_tolerance"] < 0.417
+    assert outcomes == ["unresolved", "stale"] and [row["rule"] for row in rows] == ["neighbour"]
+    assert machine_rules(spreads, verdicts, turns=-0.01, **rules)[0] == ["FAIL", "stale"], "no neighbour"
+
+
 def test_a_history_that_cannot_be_read_is_one_warning_and_the_baseline_alone_judges(tmp_path):
     """The gate asks once, and again for sessions unlike this one: one warning says it, kept in the case's record."""
     from fakes import record
