@@ -112,7 +112,8 @@ def test_a_wall_clock_fail_is_left_alone_where_the_cpu_clock_moved_no_further_th
     10 % plants of that hour that FAILed did so on a CPU clock beyond what the cores explain, or with faster cores."""
     verdicts = [Verdict(WALL, -0.109, "higher", 0.06), Verdict(CPU, cpu_change, "lower", 0.0535, ci=(0.022, 0.155))]
     verdicts[0].outcome, verdicts[1].outcome = "FAIL", cpu_outcome
-    outcomes, rows = machine_drop.wall_alone(verdicts, ["FAIL", cpu_outcome], matmul(-0.042), cores=matmul(cores, "cpu"))
+    outcomes, rows = machine_drop.wall_alone(verdicts, ["FAIL", cpu_outcome], matmul(-0.042),
+                                             cores=matmul(cores, "cpu"))
     assert outcomes == [expected, cpu_outcome], why
     if expected == "unresolved":
         assert rows[0]["cpu_clock_held"] == (f"{CPU} +8.8%, within the 9.8% that the probe's matmul (compute) running "

@@ -543,7 +543,8 @@ def test_a_loaded_session_beyond_the_sessions_like_it_by_the_probe_is_unresolved
     def verdict(metric, change, better, tolerance, baseline, outcome):
         return dataclasses.make_dataclass("Verdict", ["metric", "change", "better", "tolerance", "baseline", "outcome",
                                                       "comparison"])(
-            metric, change, better, tolerance, baseline, outcome, Comparison(change, change - 0.05, change + 0.05, 0.01))
+            metric, change, better, tolerance, baseline, outcome,
+            Comparison(change, change - 0.05, change + 0.05, 0.01))
 
     verdicts = [verdict(wall, -0.417, "higher", 0.06, 39.733, "FAIL"), verdict(cpu, -0.154, "lower", 0.0535, 0.05258,
                                                                                 "stale")]

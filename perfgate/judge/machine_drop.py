@@ -124,7 +124,7 @@ def within_slower_cores(verdict: Any, worse: float, cores: Drop | None) -> bool:
 
 def within_cores(verdict: Any, cores: Drop) -> str:
     """How a CPU-clock metric held within the probe's drop by CPU time, for a message."""
-    return (f", within the {explained(verdict, cores):.1%} that the probe's {kernel({'probe': cores.probe})} running "
+    return (f", within the {explained(verdict, cores):.1%} that the probe's {kernel(cores.probe)} running "
             f"{cores.change:+.1%} per second of its CPU time explains")
 
 
@@ -155,9 +155,10 @@ def beside_a_neighbour(verdicts: Sequence[Any], outcomes: Sequence[str], turns: 
     read its fastest step 41.7 % slower and its CPU clock 15.4 % better than the baseline: with 15 other sessions
     stored, those like it by the probe allowed 40.4 %, and it FAILed (docs/measurements.md). A CPU-clock FAIL that
     another rule left unresolved as within what the machine does (``held``: the probe's drop by CPU time covers it,
-    held_on_slower_cores, or the spread between sessions holds it) held as far as the machine let it, and is no sign of more work: beside two busy processes the OpenCLIP bf16 case read its
-    CPU clock 6.5 % worse while the probe's CPU-time rate ran 7.0 % slower, and its fastest step 42.0 % slower while
-    the probe's thread got 32 % less of the cores (docs/measurements.md)."""
+    held_on_slower_cores, or the spread between sessions holds it) held as far as the machine let it, and is no
+    sign of more work: beside two busy processes the OpenCLIP bf16 case read its CPU clock 6.5 % worse while the
+    probe's CPU-time rate ran 7.0 % slower, and its fastest step 42.0 % slower while the probe's thread got 32 % less
+    of the cores (docs/measurements.md)."""
     settled = list(outcomes)
     cpu = [index for index, verdict in enumerate(verdicts) if clock(verdict.metric) == "cpu"]
     if turns is None or not cpu or any("FAIL" in (raw[index], settled[index]) and not (
@@ -302,9 +303,9 @@ def clock(metric: str) -> str | None:
     return info.clock if info else None
 
 
-def kernel(row: Mapping[str, Any]) -> str:
-    """The probe's kernel a row's drop was read on."""
-    return "copy (memory)" if "copy" in (row.get("probe") or "") else "matmul (compute)"
+def kernel(probe: str | None) -> str:
+    """The probe's kernel a reading (``probe``, its name) was taken on."""
+    return "copy (memory)" if "copy" in (probe or "") else "matmul (compute)"
 
 
 def describe(row: Mapping[str, Any]) -> str:
@@ -322,7 +323,7 @@ def describe(row: Mapping[str, Any]) -> str:
                 "thread")
     if row.get("rule") == "wall alone":
         probe = ("" if row["probe_change"] is None
-                 else f"; the machine-speed probe's {kernel(row)} ran {row['probe_change']:+.1%}")
+                 else f"; the machine-speed probe's {kernel(row.get('probe'))} ran {row['probe_change']:+.1%}")
         return (f"{row['metric']}: {row['change']:+.1%}, but the CPU clock held ({row['cpu_clock_held']}; none "
                 f"significantly worse beyond what slower cores explain){probe}: slower code on a CPU moves both "
                 "clocks, a session given less of the cores the wall clock alone, and no history of this case's "
@@ -330,9 +331,9 @@ def describe(row: Mapping[str, Any]) -> str:
     fails = (f"; against this baseline on this machine now, only a reading worse by more than {row['explained']:.1%} "
              "(its tolerance on top of the machine's drop) FAILs" if "explained" in row else "")
     if clock(row["metric"]) == "cpu":
-        return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel(row)} ran "
+        return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel(row.get('probe'))} ran "
                 f"{row['probe_change']:+.1%} per second of its CPU time against the baseline's: this machine's cores "
                 f"or memory ran slower, which the code does not explain{fails}")
-    return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel(row)} ran "
+    return (f"{row['metric']}: {row['change']:+.1%}, but the machine-speed probe's {kernel(row.get('probe'))} ran "
             f"{row['probe_change']:+.1%} against the baseline's, and the CPU clock held or the probe's CPU time "
             f"explains it too: the machine ran slower, which the code does not explain{fails}")
