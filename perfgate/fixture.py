@@ -21,6 +21,7 @@ from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch import hardware
 from perfgate.launch.plan import Plan, node_launcher, plan
 from perfgate.launch.spec import NodeLauncher
+from perfgate.measure.budget import SessionBudget
 from perfgate.measure.measurer import Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.report import tables, terminal
@@ -39,6 +40,7 @@ class Session(Protocol):
     root: Path
     reference: revision.ReferenceSide | None
     nvml: Callable[[], tuple[Any, str]]
+    budget: SessionBudget | None
 
     def node_hardware(self, launcher: NodeLauncher) -> list[hardware.Hardware]: ...
 
@@ -74,13 +76,14 @@ class PerfGate:
         if reference is None:
             gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
                         pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
-                        spreads=self._session_history(planned, result))
+                        spreads=self._session_history(planned, result), budget=state.budget)
         else:
             result.candidate_commit = state.reference.commits[1]
             if state.reference.environment is not None:
                 result.environment = state.reference.environment
             gate = ABGate(planned, settings, measurer, RevisionReference(reference, self._reference_measurer(
-                planned, reference, launcher), planned, settings.ab_tolerance), root=state.root, nvml=state.nvml)
+                planned, reference, launcher), planned, settings.ab_tolerance), root=state.root, nvml=state.nvml,
+                budget=state.budget)
         try:
             with _as_pytest_outcome(result):
                 try:

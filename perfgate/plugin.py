@@ -12,6 +12,7 @@ gets each case's verdict and gated metrics as perfgate.* properties.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import signal
 import threading
@@ -28,6 +29,7 @@ from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import import_env
 from perfgate.launch.spec import NodeLauncher
 from perfgate.measure import gpu_monitor
+from perfgate.measure.budget import SessionBudget
 from perfgate.outcome import CaseFailed
 from perfgate.report import terminal
 from perfgate.report.benchmark_json import BenchmarkJson
@@ -62,6 +64,10 @@ class SessionState:
         self.worker = worker
         self.published: list[known.PublishedFigure] = []
         """A pytest-xdist worker: its results go to the controller, which writes the reports."""
+        self.budget = SessionBudget(settings.budget * 60) if settings.budget else None
+        """--perf-budget, counted from the session's start (each xdist worker's, for its share of the cases)."""
+        self._cases: dict[str, int] = {}
+        self._workers = 1
 
     def node_hardware(self, launcher: NodeLauncher) -> list[hardware.Hardware]:
         """Each node's hardware, read once per session through the launcher; CaseFailed (every case) if unreadable."""
@@ -87,6 +93,16 @@ class SessionState:
                 config.hook.pytest_deselected(items=left_out)
                 items[:] = [item for item in items if not item.get_closest_marker(mark)]
                 self.left_out[mark] = len(left_out)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The session's perfgate cases in the order they run, so that --perf-budget knows how many are to come."""
+        cases = [item.nodeid for item in session.items if "perfgate" in getattr(item, "fixturenames", ())]
+        self._cases = {nodeid: index for index, nodeid in enumerate(cases)}
+        self._workers = int(getattr(session.config, "workerinput", {}).get("workercount", 1))
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if self.budget is not None and item.nodeid in self._cases:
+            self.budget.cases_to_come = math.ceil((len(self._cases) - self._cases[item.nodeid] - 1) / self._workers)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
@@ -134,6 +150,11 @@ class SessionState:
         for path in (self.settings.json_path, self.settings.results_path, self.settings.report_dir):
             if path and self.results and not self.worker:
                 terminalreporter.write_line(f"perfgate: wrote {path}")
+        if self.budget is not None:
+            stopped = sum(1 for result in self.results if result.budget_stop)
+            terminalreporter.write_line(
+                f"perfgate: --perf-budget {self.settings.budget:g} min: the session took {self.budget.used_s():.0f} s "
+                f"of its {self.budget.seconds:.0f} s; {stopped} case(s) left unresolved by it", yellow=bool(stopped))
 
     def _hardware_info(self) -> dict[str, Any]:
         """The session's hardware class(es) and nodes, for the JSON's machine_info."""

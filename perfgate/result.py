@@ -120,6 +120,9 @@ class Result:
     duet: bool = False
     time_to_verdict_s: Optional[float] = None
     ab_budget_stop: Optional[str] = None
+    budget_stop: Optional[str] = None
+    """What --perf-budget stopped: a launch the verdict wanted that would not have ended inside the session's time
+    limit. Such a case is unresolved, with this as its reason."""
     reference: Optional[Row] = None
     """An A/B case's reference side: revision, commit, command, its runs (and interpreter and environment)."""
     candidate_commit: Optional[str] = None

@@ -53,6 +53,7 @@ class FakeMeasurer:
             run_metrics.update(self._probe if isinstance(self._probe, dict) else {"probe_matmul_gflops": self._probe})
         self.measurement.runs.append({"run": self.launches, "metrics": run_metrics})
         self.launches += 1
+        self.result.runs = self.launches
         self._log.append(self._name)
 
 
@@ -78,3 +79,21 @@ class FakeDeviceClock:
     @staticmethod
     def seconds(earlier, later):
         return later - earlier
+
+
+class LaunchClock:
+    """A clock that each launch moves on by its seconds: the fake measurers launch in no time."""
+
+    def __init__(self, seconds_per_launch):
+        self.now, self.seconds_per_launch = 0.0, seconds_per_launch
+
+    def __call__(self):
+        return self.now
+
+    def wrap(self, measurer):
+        launch_once = measurer.launch_once
+
+        def timed(planned):
+            launch_once(planned)
+            self.now += self.seconds_per_launch
+        measurer.launch_once = timed

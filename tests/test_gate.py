@@ -7,7 +7,7 @@ import re
 import warnings
 
 import pytest
-from fakes import DETECTED, METRIC, FakeMeasurer, make_plan
+from fakes import DETECTED, METRIC, FakeMeasurer, LaunchClock, make_plan
 
 from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
@@ -464,24 +464,6 @@ def test_ab_resolve_does_not_hold_up_a_regression(tmp_path):
     with pytest.raises(CaseFailed, match="performance regression"):
         gate.check()
     assert len(order) == 4
-
-
-class LaunchClock:
-    """A clock that each launch moves on by its seconds: the fake measurers launch in no time."""
-
-    def __init__(self, seconds_per_launch):
-        self.now, self.seconds_per_launch = 0.0, seconds_per_launch
-
-    def __call__(self):
-        return self.now
-
-    def wrap(self, measurer):
-        launch_once = measurer.launch_once
-
-        def timed(planned):
-            launch_once(planned)
-            self.now += self.seconds_per_launch
-        measurer.launch_once = timed
 
 
 @pytest.mark.parametrize("budget, pairs", [(None, 5), (200, 3), (239, 3), (240, 4)])

@@ -47,6 +47,12 @@ def test_help_lists_every_option_with_its_text(pytester):
         (["--perf-history-branch", "main"], "--perf-history-branch says which sessions of the results history "
                                             "(--perf-history URL) the spread between sessions is learned from"),
         (["--perf-history=h.db", "--perf-history-branch=my branch"], "must be a git revision (a branch, tag or commit)"),
+        (["--perf-budget", "0"], "invalid value for --perf-budget (command line): must be > 0 minutes, got 0"),
+        (["--perf-budget", "ten"], "invalid value for --perf-budget (command line): must be a number of minutes, got "
+                                   "'ten'"),
+        (["--perf-budget", "10", "--update-baselines"], "--perf-budget cuts a gate's launches short to end in time; a "
+                                                        "baseline needs every run --update-baselines measures"),
+        (["--perf-repeats", "3", "--perf-max-repeats", "2"], "--perf-max-repeats 2 is below --perf-repeats 3"),
         (["--perf-against", "HEAD", "--perf-ab-resolve", "0.02"], "--perf-ab-resolve 0.02 is not above "
                                                                   "--perf-ab-tolerance 0.02: a slowdown within the"),
     ],

@@ -60,6 +60,16 @@ def seconds(text: str) -> float:
     return value
 
 
+def minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number of minutes, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"must be > 0 minutes, got {value:g}")
+    return value
+
+
 def fraction(text: str) -> float:
     try:
         value = float(text)
@@ -215,7 +225,13 @@ OPTIONS = (
     Option("--perf-ab-in-turn", "ab_in_turn", "under --perf-against(-python), launch the two sides of each pair one "
            "after the other, every other pair starting with the candidate, also where duet is the default (CPU "
            "flavours on the local launcher); what GPU flavours and the slurm and ssh launchers always do"),
-    Option("--fail-unresolved", "fail_unresolved", "fail a case left unresolved: by --perf-ab-resolve, by a "
+    Option("--perf-budget", "budget", "the session's time limit in minutes, e.g. a CI job's timeout less its set-up: no "
+           "launch starts that would end past it (at the longest its case's launches took, else its baseline's, else "
+           "the session's), a case whose planned launches do not fit is not started, and a verdict that wants more "
+           "launches gets them only where the cases still to come fit too; a case the budget stopped is 'unresolved', "
+           "saying so (a failure under --fail-unresolved), never a silent pass (default: no limit)", minutes, None,
+           "MINUTES"),
+    Option("--fail-unresolved", "fail_unresolved", "fail a case left unresolved: by --perf-budget, by --perf-ab-resolve, by a "
            "regression within how far the case moves between sessions here (--perf-history), by a machine-speed "
            "probe that dropped as far, or by a CPU flavour's wall-clock FAIL beside a neighbour while its CPU clock did "
            "not FAIL, or alone while it held and no history knows its spread, or by A/B pairs of a CPU flavour in "
@@ -281,6 +297,7 @@ class Settings:
     ab_duet: bool = False
     ab_in_turn: bool = False
     fail_unresolved: bool = False
+    budget: float | None = None
     json_path: Path | None = None
     results_path: Path | None = None
     history_url: str | None = None
@@ -380,6 +397,9 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError(f"perfgate: --perf-ab-resolve {settings.ab_resolve:g} is not above --perf-ab-tolerance "
                                 f"{settings.ab_tolerance:g}: a slowdown within the tolerance passes whatever the pairs "
                                 "say; ask to rule out a larger one, or lower the tolerance")
+    if settings.budget is not None and settings.update_baselines:
+        raise pytest.UsageError("perfgate: --perf-budget cuts a gate's launches short to end in time; a baseline "
+                                "needs every run --update-baselines measures: leave --perf-budget out there")
     if settings.inject_slowdown and settings.update_baselines:
         raise pytest.UsageError(
             "perfgate: --perf-inject-slowdown makes runs slower on purpose; it cannot be combined with "

@@ -34,6 +34,7 @@ def write_run(site: Site, point: Point, result: Result, has_case_page: bool) -> 
              ("A/B reference", reference_html(site, result.reference) if result.reference else ""),
              ("command", f"<code>{html.escape(result.command)}</code>" if result.command else ""),
              ("planted slowdown", f"{result.injected_slowdown:.0%}" if result.injected_slowdown else ""),
+             ("stopped by --perf-budget", html.escape(result.budget_stop or "")),
              ("logs were in", f"<code>{html.escape(result.workdir or '')}</code>" if result.workdir else "")]
     message = f"<h2>Why</h2><pre>{html.escape(result.message)}</pre>" if result.message else ""
     message += "".join(f"<h2>{html.escape(warned['category'])}</h2><pre>{html.escape(warned['message'])}</pre>"

@@ -154,8 +154,8 @@ class ABGate(Gate):
         if self.duet:
             self.result.duet = True
         try:
-            for _ in range(self.settings.repeats):
-                self._pair(self.settings.repeats)
+            if not self.measure_planned(self.settings.repeats).runs:
+                return self.out_of_budget("")
             return self.judge(self.reference.load(), self.measurer.measurement)
         finally:
             self.result.time_to_verdict_s = round(self.clock() - self.started, 1)
@@ -185,10 +185,10 @@ class ABGate(Gate):
         return False
 
     def measure_more(self, baseline: baselines.Baseline, cap: int) -> baselines.Baseline:
-        self._pair(cap)
+        self.launch(cap)
         return self.reference.load()
 
-    def _pair(self, planned: int) -> None:
+    def look(self, planned: int) -> None:
         """One launch of each side: under duet both at once, else one after the other, every other pair starting with
         the candidate (ABBA)."""
         sides = [self.reference.measurer, self.measurer]

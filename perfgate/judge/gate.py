@@ -21,6 +21,7 @@ from perfgate.judge.gated import GatedMetrics
 from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, metrics, stats
+from perfgate.measure.budget import CaseBudget, SessionBudget
 from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.result import Result
@@ -126,10 +127,12 @@ class Gate:
     def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
                  root: Path, pytest_args: str = "",
                  nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml,
-                 spreads: Callable[[float | None, bool], dict[str, SessionSpread]] | None = None) -> None:
+                 spreads: Callable[[float | None, bool], dict[str, SessionSpread]] | None = None,
+                 budget: SessionBudget | None = None) -> None:
         """``spreads``: given the runs' machine-speed probe, each gated metric's spread between the sessions the
         results history holds on a machine like it, or, asked for ``unlike`` ones, at least as fast (none: those
-        stored with the baseline, if any, judge)."""
+        stored with the baseline, if any, judge). ``budget``: the session's --perf-budget, which every launch asks
+        first."""
         self.plan = plan
         self.spreads = spreads or (lambda machine, unlike: {})
         self.settings = settings
@@ -140,6 +143,8 @@ class Gate:
         self._root = root
         self._pytest_args = pytest_args
         self._nvml = nvml
+        self._session_budget = budget
+        self.budget: CaseBudget | None = None
 
     def check(self) -> Result:
         """Gates the case, or updates its baseline; raises CaseFailed or CaseSkipped where that is the outcome."""
@@ -158,8 +163,34 @@ class Gate:
                              f"{baseline.workload_version}, the case is version {run.case.version}: the numbers "
                              "are not comparable. Re-measure: --update-baselines --force-baseline-update")
         if baseline is None:
-            return self.no_baseline(self.measurer.measure(min(settings.repeats, NO_BASELINE_RUNS)))
-        return self.judge(baseline, self.measurer.measure(settings.repeats))
+            return self.no_baseline(self.measure_planned(min(settings.repeats, NO_BASELINE_RUNS)))
+        measurement = self.measure_planned(settings.repeats, baseline.provenance.get("launch_s"))
+        if not measurement.runs:
+            return self.out_of_budget("")
+        return self.judge(baseline, measurement)
+
+    def measure_planned(self, planned: int, expected: dict[str, float] | None = None) -> Measurement:
+        """The case's planned launches, as many as --perf-budget lets start (``expected``: its baseline's launch
+        costs, where the baseline recorded them)."""
+        if self._session_budget is not None:
+            costs = (expected or {}).get("first"), (expected or {}).get("later")
+            self.budget = self._session_budget.for_case(self.plan.run.key, planned, costs)
+        for index in range(planned):
+            if self.budget is not None and not self.budget.may_launch(index):
+                break
+            self.launch(planned)
+        return self.measurer.measurement
+
+    def launch(self, planned: int) -> None:
+        """One more look at the case, its cost booked against --perf-budget."""
+        if self.budget is None:
+            self.look(planned)
+        else:
+            self.budget.timed(lambda: self.look(planned))
+
+    def look(self, planned: int) -> None:
+        """One launch of the case (under A/B a pair)."""
+        self.measurer.launch_once(planned)
 
     def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> Result:
         """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""
@@ -207,6 +238,8 @@ class Gate:
             raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{planted}\n{details}\n"
                              f"{machine_speed(baseline, measurement)}baseline: {self.reference.where}\n"
                              f"command: {measurement.command}\nlogs kept in {plan.spec.workdir}")
+        if self.budget is not None and self.budget.stopped:
+            return self.out_of_budget(f"{planted}\n{details}")
         within_spread = any(row["outcome"] == "unresolved" for row in spread_rows)
         if within_spread or drop_rows:
             return self.left_unresolved(f"{planted}\n{details}", within_spread, bool(drop_rows))
@@ -297,6 +330,23 @@ class Gate:
         self.result.warn(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
         return self.result
 
+    def out_of_budget(self, details: str) -> Result:
+        """A verdict that --perf-budget stopped short of the launches it wanted: unresolved, with the budget as its
+        reason, since a pass on fewer runs than the verdict asked for would read as clean."""
+        plan, stopped = self.plan, self.budget.stopped if self.budget else None
+        self.result.budget_stop = stopped
+        for row in self.result.metrics:
+            row["verdict"] = "unresolved"
+        self.result.conclude("unresolved")
+        message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: {stopped}{details}\n"
+                   f"{len(self.measurer.measurement.runs)} {self.evidence} measured; give the session more time "
+                   "(--perf-budget), fewer cases (-k, -m), or a cache directory a CI job restores, so that launches "
+                   "start sooner (docs/ci.md)")
+        if self.settings.fail_unresolved:
+            raise CaseFailed(message)
+        self.result.warn(UnresolvedVerdictWarning(message))
+        return self.result
+
     def unresolved(self, verdicts: list[baselines.MetricVerdict], baseline: baselines.Baseline,
                    current: dict[str, list[float]], details: str) -> Result:
         """A verdict whose runs ran out before they could rule out the slowdown asked about: how large a slowdown it
@@ -343,12 +393,13 @@ class Gate:
         return self.settings.repeat_cap
 
     def may_measure_more(self, measurement: Measurement, cap: int) -> bool:
-        """Whether an inconclusive verdict may launch another run."""
-        return len(measurement.runs) < cap
+        """Whether an inconclusive verdict may launch another run: within the cap, and where --perf-budget lets it."""
+        runs = len(measurement.runs)
+        return runs < cap and (self.budget is None or self.budget.may_launch(runs))
 
     def measure_more(self, baseline: baselines.Baseline, cap: int) -> baselines.Baseline:
         """One more run while a verdict is inconclusive; returns what to judge against next."""
-        self.measurer.launch_once(cap)
+        self.launch(cap)
         return baseline
 
     def _values(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, list[float]]:
@@ -383,6 +434,9 @@ class Gate:
         message = (f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({self.reference.where} "
                    f"does not exist), so nothing was gated. Create it: pytest '{plan.test_id}' --update-baselines, "
                    "then review and commit the file.")
+        if self.budget is not None and self.budget.stopped:
+            self.result.budget_stop = self.budget.stopped
+            message += f" ({self.budget.stopped})"
         if self.settings.strict_baselines:
             raise CaseFailed(message)
         raise CaseSkipped(message)

@@ -61,6 +61,16 @@ def ab_rows(paired: Sequence[Result]) -> list[list[str]]:
              r.ab_budget_stop or "-"] for r in paired]
 
 
+BUDGET_HEADING = ("left undecided by --perf-budget (unresolved: more time, fewer cases, or a restored cache directory "
+                  "would decide them)")
+BUDGET_HEADER = ("case", "launches", "what the budget stopped")
+
+
+def budget_rows(results: Sequence[Result]) -> list[list[str]]:
+    """The cases --perf-budget stopped short of their verdict, and why."""
+    return [[r.case, str(r.runs), r.budget_stop] for r in results if r.budget_stop]
+
+
 UPDATE_HEADER = ("case", "metric", "old", "new", "change", "new tolerance", "noise", "runs")
 
 
@@ -306,6 +316,7 @@ def sections(results: Sequence[Result], settings: Settings) -> list[Table]:
     paired = [r for r in results if r.reference]
     return [
         Table("verdicts", "verdicts", VERDICT_HEADER, summary_rows([r for r in results if r.verdict != "updated"])),
+        Table("budget", BUDGET_HEADING, BUDGET_HEADER, budget_rows(results)),
         Table("ab", "A/B: pairs of launches (reference, candidate) and the time to each verdict", AB_HEADER,
               ab_rows(paired)),
         Table("updated", "baselines written (review the diff before committing)", UPDATE_HEADER,

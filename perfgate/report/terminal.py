@@ -27,6 +27,8 @@ def junit_properties(result: Result) -> list[tuple[str, str]]:
     """What CI systems show of a case from JUnit XML: its verdict and, per gated metric, the measured and
     baseline values, the change and the tolerance; then each warning it gave."""
     properties = [("perfgate.verdict", result.verdict), ("perfgate.hardware_class", result.hardware_class)]
+    if result.budget_stop:
+        properties.append(("perfgate.budget", result.budget_stop))
     for row in result.metrics:
         name = f"perfgate.{row['metric']}"
         properties.append((name, number(row.get("measured"), row.get("unit", ""))))

@@ -1,0 +1,120 @@
+"""--perf-budget: the session's time limit, spent launch by launch so that the session ends inside it.
+
+A CI job has a time limit, and a gate that overruns it is killed with no verdict at all. So no launch starts that
+would end past the limit, at the longest that the case's launches have taken (or, before its first, its baseline's
+launches, else the session's launches of other cases). A case whose planned launches do not all fit is not started;
+a case whose verdict wants another launch gets it only once the planned launches of every case still to come fit
+beside it: a case with no launch yet is the least decided of all. What the budget stopped is said in the record
+(``Result.budget_stop``) and leaves the case unresolved, never a silent pass (judge/gate.py).
+
+Pytest runs a session's cases one after the other, so the budget sees each case as it comes and the number of cases
+still to come (the plugin counts them); under pytest-xdist each worker plans for its share of them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+
+@dataclass
+class SessionBudget:
+    """The session's time limit and what its launches have cost so far."""
+
+    seconds: float
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(default=0.0)
+    cases_to_come: int = 0
+    """Cases of this session (this worker's share under xdist) that have not started, set before each case."""
+    first_launches: list[float] = field(default_factory=list)
+    later_launches: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.started = self.started or self.clock()
+
+    def left_s(self) -> float:
+        return self.seconds - (self.clock() - self.started)
+
+    def used_s(self) -> float:
+        return self.clock() - self.started
+
+    def typical(self, first: bool) -> float | None:
+        """A launch of a case this session has not launched yet: the mean of the session's launches of its kind
+        (a first launch counts FLOPs and runs benchy's phases, later ones do not); None before any."""
+        seen = self.first_launches if first else (self.later_launches or self.first_launches)
+        return sum(seen) / len(seen) if seen else None
+
+    def for_case(self, label: str, planned: int, expected: Sequence[float | None] = (None, None)) -> CaseBudget:
+        """The budget of one case that plans ``planned`` launches; ``expected``: its first and later launches' cost
+        as its baseline measured them, where it did."""
+        return CaseBudget(self, label, planned, self.cases_to_come, expected)
+
+
+@dataclass
+class CaseBudget:
+    """One case's launches under the session's budget."""
+
+    session: SessionBudget
+    label: str
+    planned: int
+    cases_after: int
+    expected: Sequence[float | None] = (None, None)
+    launches: list[float] = field(default_factory=list)
+    stopped: str | None = None
+    """Why the budget stopped a launch the case wanted: its reason in the record."""
+
+    def cost(self, index: int) -> float | None:
+        """What launch ``index`` is expected to take: the longest of this case's launches of its kind so far, else
+        its baseline's, else the session's typical launch; None where nothing is known yet."""
+        first = index == 0
+        own = self.launches[:1] if first else self.launches[1:]
+        if own:
+            return max(own)
+        return self.expected[0 if first else 1] or self.session.typical(first)
+
+    def reserve_s(self) -> float:
+        """What the cases to come need for their planned launches, at the session's typical launch."""
+        first, later = self.session.typical(True), self.session.typical(False)
+        if first is None:
+            return 0.0
+        return self.cases_after * (first + (self.planned - 1) * (later or first))
+
+    def may_launch(self, index: int) -> bool:
+        """Whether launch ``index`` (0-based) of the case may start; where not, ``stopped`` says why. Before the first,
+        all the planned launches must fit; beyond them, they must fit beside the cases to come."""
+        left, budget = self.session.left_s(), self.session.seconds
+        if index == 0:
+            costs = [self.cost(0), *[self.cost(1)] * (self.planned - 1)]
+            if None in costs:
+                return left > 0 or self._stop(f"the session had used its {minutes(budget)} before {self.label} began")
+            need = sum(costs)  # type: ignore[arg-type]
+            return need <= left or self._stop(
+                f"{self.label} was not launched: its {self.planned} launch(es) need about {need:.0f} s and "
+                f"{max(left, 0):.0f} s of the {minutes(budget)} were left")
+        need = self.cost(index) or 0.0
+        reserve = self.reserve_s() if index >= self.planned else 0.0
+        if need + reserve <= left:
+            return True
+        beside = (f", beside the {reserve:.0f} s that the {self.cases_after} case(s) after it need"
+                  if reserve else "")
+        return self._stop(f"{self.label} stopped after {index} launch(es): launch {index + 1} needs about {need:.0f} s"
+                          f"{beside}, and {max(left, 0):.0f} s of the {minutes(budget)} were left")
+
+    def timed(self, launch: Callable[[], None]) -> None:
+        """Runs one launch (or one A/B pair) and books what it took."""
+        began = self.session.clock()
+        try:
+            launch()
+        finally:
+            took = self.session.clock() - began
+            self.launches.append(took)
+            (self.session.first_launches if len(self.launches) == 1 else self.session.later_launches).append(took)
+
+    def _stop(self, why: str) -> bool:
+        self.stopped = f"--perf-budget: {why}"
+        return False
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:g} min budget ({seconds:.0f} s)"
