@@ -1,6 +1,7 @@
 """Shared helpers for the harness's tests."""
 
 import os
+import tempfile
 from pathlib import Path
 
 import postgres_server
@@ -21,6 +22,9 @@ NESTED_SESSION_OPTIONS = "-p no:anyio"
 browser driver, brings trio, and anyio's plugin imports it in every session: 0.7 of a session's 1.7 CPU-s on a
 2-core VM, in a suite that starts a few hundred sessions, none of them with an async test."""
 os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS"), NESTED_SESSION_OPTIONS]))
+# The launches of the tests and of the sessions they start keep what they compile and generate (launch.caches) in the
+# temp dir, shared by the tests' runs as a machine's cache is, and never in the user's ~/.cache.
+os.environ.setdefault("PERFGATE_CACHE_DIR", str(Path(tempfile.gettempdir()) / "perfgate-tests-cache"))
 
 
 @pytest.fixture

@@ -107,7 +107,7 @@ OptimizerSteps' wrapper: the workloads whose launch on two nodes differs from th
 the U-Net's DALI loader (which reads the same volume) launch as the toy job does."""
 NODE_LOCAL_COUNT = 2
 """The cases of NODE_LOCAL_SUITE."""
-NODE_LOCAL_VOLUME = "perfgate-unet3d-64-seed0"
+NODE_LOCAL_VOLUME = "perfgate-unet3d-v1-64-seed0"
 """The folder of NODE_LOCAL_SUITE's U-Net volume (its --volume 64) in each node's temp dir."""
 
 

@@ -1,6 +1,7 @@
 """The local launcher with real torchrun agents and gloo ranks (small scripts, no model; the ranks that only hang
 need no torch)."""
 
+import subprocess
 import sys
 import textwrap
 import time
@@ -9,7 +10,8 @@ import pytest
 from pace import launch_start_bound_s, most_past_a_bound_s, wait_until
 
 from conftest import leftover_processes
-from perfgate.launch.agents import ephemeral_range, free_port, port_share
+from perfgate.launch.agents import ephemeral_range, free_port, port_share, until_an_exit
+from perfgate.launch.caches import cache_root
 from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.local import launch
 from perfgate.launch.spec import LaunchSpec
@@ -22,7 +24,8 @@ rank, world = dist.get_rank(), dist.get_world_size()
 """
 
 SCRIPTS = {
-    "ok": "t = torch.ones(1); dist.all_reduce(t); print(f'rank {rank}/{world} sum {int(t.item())}', flush=True)",
+    "ok": "t = torch.ones(1); dist.all_reduce(t); print(f'rank {rank}/{world} sum {int(t.item())}', flush=True)\n"
+          "print('data in', os.environ.get('PERFGATE_DATA_DIR'), flush=True)",
     "crash": "if rank == 1:\n    print('boom on rank 1', file=sys.stderr, flush=True); sys.exit(3)\ndist.barrier()",
     "sigkill": "if rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\ndist.barrier()",
 }
@@ -71,6 +74,8 @@ def test_successful_run_keeps_agent_and_rank_logs(tmp_path, no_leftovers):
     result = launch(spec(tmp_path, "ok"))
     assert len(result.agent_logs) == 1
     assert "rank 0/2 sum 2" in result.agent_logs[0].read_text()
+    # On this host, the data a workload generates is kept once per machine in perfgate's cache directory.
+    assert f"data in {cache_root() / 'data'}" in result.agent_logs[0].read_text()
     assert sorted(p.parent.name for p in (tmp_path / "run" / "node0").glob("*/attempt_0/*/stdout.log")) == ["0", "1"]
 
 
@@ -350,3 +355,20 @@ def test_a_rank_aborted_in_the_gloo_exit_race_is_a_crash_that_says_how_to_end_th
     crashed = LaunchSpec(entry=["w.py"], workdir=tmp_path / "crashed", nodes=1)
     other = diagnose_failure(crashed, [1], rank_logs(crashed.workdir, ["RuntimeError: planted"]))
     assert "killed by signal SIGABRT" in other.message and "os._exit" not in other.message
+
+
+def test_the_wait_between_polls_ends_when_an_agent_exits_not_at_the_next_poll():
+    """An agent that exits is seen at once (a wait of ten minutes returns), one that does not is waited for no longer
+    than asked, and with none running there is nothing to wait for."""
+    quick = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    stuck = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        until_an_exit([stuck], 0.01)
+        assert stuck.poll() is None
+        quick.stdin.close()
+        until_an_exit([quick, stuck], 600)
+        assert quick.returncode == 0 and stuck.poll() is None
+        until_an_exit([quick], 600)
+    finally:
+        stuck.kill()
+        stuck.wait()

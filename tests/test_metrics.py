@@ -117,3 +117,19 @@ def test_time_accounting_splits_a_launch_into_startup_warmup_window_after_and_te
         "startup_s": 7.0, "warmup_s": 1.0, "window_s": 2.0, "after_window_s": 3.0, "teardown_s": 2.5,
         "total_s": 15.5}
     assert metrics.time_accounting(RunRecords(steps=steps), 1, 100.0, 115.5) is None
+
+
+def test_start_up_splits_into_the_phases_the_rank_marked_and_they_sum_to_it():
+    """The same launch (first step at 107 s) with its rank's points marked; the FLOP count was not marked, so its
+    time goes to the next marked phase, and a point outside the start-up (another host's clock) is passed over."""
+    steps = tuple(StepRecord(step=i, samples=8, step_s=1.0, data_s=0.0, t=108.0 + i) for i in range(3))
+    marks = {"process": 101.5, "imports": 104.0, "process_group": 104.25, "model": 105.5, "probe": 106.5}
+    records = RunRecords(steps=steps, end={"t": 113.0, "startup": marks})
+    accounted = metrics.time_accounting(records, warmup=1, launched_at=100.0, finished_at=115.5)
+    split = {key: value for key, value in accounted.items() if key.startswith("startup_") and key != "startup_s"}
+    assert split == {"startup_torchrun_s": 1.5, "startup_imports_s": 2.5, "startup_process_group_s": 0.25,
+                     "startup_model_s": 1.25, "startup_probe_s": 1.0, "startup_loader_s": 0.5}
+    assert sum(split.values()) == accounted["startup_s"] == 7.0
+    skewed = RunRecords(steps=steps, end={"t": 113.0, "startup": {**marks, "process": 99.0}})
+    assert "startup_torchrun_s" not in metrics.time_accounting(skewed, 1, 100.0, 115.5)
+    assert metrics.time_accounting(skewed, 1, 100.0, 115.5)["startup_imports_s"] == 4.0

@@ -4,12 +4,14 @@ pipelines (PyTorch and DALI) and the model shapes the seeds describe."""
 import importlib.util
 import math
 import sys
+import tempfile
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import WORKLOADS, train
+from perfgate.records import startup
 
 needs_dali = pytest.mark.skipif(importlib.util.find_spec("nvidia.dali") is None, reason="DALI is not installed")
 
@@ -37,6 +39,10 @@ def assert_trained(records, steps):
     counted = all(s.instructions and s.instructions > 0 for s in records.steps)
     assert counted == records.start["instruction_clock"].startswith("user-space"), records.start["instruction_clock"]
     assert records.start["host_wait"] == "not a GPU run"
+    marks = records.end["startup"]
+    assert list(marks) == list(startup.POINTS), marks
+    assert sorted(marks.values()) == list(marks.values()), f"start-up points out of order: {marks}"
+    assert marks["probe"] <= records.steps[-1].t - sum(s.step_s for s in records.steps)  # before the first step
 
 
 @pytest.mark.launches
@@ -195,3 +201,17 @@ def test_a_cuda_graphs_run_whose_graphs_inductor_skipped_fails_saying_why(monkey
     message = str(stopped.value.code)
     assert "--cuda-graphs: inductor skipped CUDA graphs 2 time(s)" in message and "measured torch.compile" in message
     assert failure_kind(message) == "setup-error"
+
+
+def test_the_volume_is_kept_in_a_folder_named_for_all_it_depends_on(unet3d, monkeypatch, tmp_path):
+    """--data-dir wins; else perfgate's data cache (the local launcher names it), else the temp dir; the folder names
+    the generator's version, the side and the seed, so a change to any of them makes a volume of its own."""
+    args = unet3d.parse_args(["--volume", "64", "--seed", "3"])
+    monkeypatch.setenv("PERFGATE_DATA_DIR", str(tmp_path / "cache"))
+    assert unet3d.volume_dir(args) == tmp_path / "cache" / f"perfgate-unet3d-v{unet3d.VOLUME_VERSION}-64-seed3"
+    monkeypatch.delenv("PERFGATE_DATA_DIR")
+    (tmp_path / "node-local").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "node-local"))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert unet3d.volume_dir(args).parent == tmp_path / "node-local"
+    assert unet3d.volume_dir(unet3d.parse_args(["--data-dir", str(tmp_path / "mine")])) == tmp_path / "mine"

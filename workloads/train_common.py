@@ -35,6 +35,7 @@ from workload_args import OPTIMIZER_CLASSES
 from perfgate.launch.hang_stacks import tell_stacks_on_request
 from perfgate.measure import flops, stats
 from perfgate.rank.plant import SlowdownInjector
+from perfgate.records import startup
 from perfgate.records.host_wait import SPINS, block_while_waiting
 from perfgate.records.steps import StepRecorder
 
@@ -56,6 +57,7 @@ def init_distributed(device_arg: str, host_wait: str = "auto") -> Distributed:
     """Joins the torchrun job: nccl with one GPU per rank, or gloo on the CPU; ``host_wait`` "block" makes the
     host sleep while it waits for its GPU, set before torch creates the GPU's context. From here on the rank
     writes its stacks to its log when the launcher finds the run hung (launch.hang_stacks)."""
+    startup.mark("imports")
     tell_stacks_on_request()
     use_cuda = device_arg == "cuda" or (device_arg == "auto" and torch.cuda.is_available())
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -66,6 +68,7 @@ def init_distributed(device_arg: str, host_wait: str = "auto") -> Distributed:
         torch.cuda.set_device(device)
     dist.init_process_group(backend="nccl" if use_cuda else "gloo",
                             **torch_compat.process_group_device(device if use_cuda else None))
+    startup.mark("process_group")
     return Distributed(device, dist.get_rank(), local_rank, dist.get_world_size(), waits)
 
 
@@ -254,6 +257,7 @@ class Trainer:
     def start(self, **facts: Any) -> None:
         """Writes the start record: the run's facts, common settings included."""
         args, env = self.args, self.env
+        startup.mark("model")
         self.recorder.write(
             "start", world_size=env.world_size, local_batch=args.batch_size, global_batch=self.global_batch,
             steps=args.steps, device=env.device.type,
@@ -270,6 +274,7 @@ class Trainer:
         per_sample = flops.training_flops(step) / samples
         model.zero_grad(set_to_none=True)
         self.recorder.write("flops", flops_per_sample=per_sample, counted_on_samples=samples)
+        startup.mark("flops")
         return per_sample
 
     def run(self, model: torch.nn.Module, passes: Callable[[], Iterator[Any]], step_fn: StepFn,
@@ -281,6 +286,7 @@ class Trainer:
         """
         model.train()
         before = machine_probe.probe_all_ranks(self.env.device)
+        startup.mark("probe")
         wall_start = time.perf_counter()
         steps_run = (self.fit_bare if self.args.timing == "bare" else self.fit)(passes(), step_fn)
         wall_s = time.perf_counter() - wall_start
@@ -381,4 +387,5 @@ class Trainer:
             stopped_early=steps_run < self.args.steps, median_step_ci_halfwidth=self.adaptive.halfwidth,
             cudagraph_skips=cudagraph_skips(),
             compile_cache=compile_cache_counts() if self.args.compile or self.args.cuda_graphs else None,
+            startup=startup.marks(),
         )

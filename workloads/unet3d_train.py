@@ -3,8 +3,9 @@
 The model has the tutorial's shape: 4 input channels -> 5 output channels on 64^3 crops, six
 stride-2 down-convolutions and six transposed up-convolutions with skip connections, ~117 M
 parameters at ``--base-channels 64``; Adam and an L1 loss. Each node's local rank 0 writes a synthetic
-simulation volume (4 input fields and 5 target fields derived from them) as .npy files into that node's temp
-dir (a cluster's /tmp or per-job TMPDIR is its own), or into ``--data-dir``; every sample is a random
+simulation volume (4 input fields and 5 target fields derived from them) as .npy files once, into
+``$PERFGATE_DATA_DIR`` (perfgate's cache directory, which its local launcher names: made once per machine), else that
+node's temp dir (a cluster's /tmp or per-job TMPDIR is its own), or into ``--data-dir``; every sample is a random
 64^3 crop of it with a random rotation and reflection (a permutation of the spatial axes and random
 flips), applied alike to input and target. The crops are read from the files and augmented in a
 DataLoader (``--loader torch``), or by a DALI pipeline (``--loader dali``: CPU operators on CPU, GPU
@@ -49,7 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--volume", type=int, default=128, help="side of the synthetic volume on disk (default: %(default)s)")
     parser.add_argument("--data-dir", type=Path,
                         help="where the volume's .npy files are kept: each node writes its own copy unless they are "
-                        "already there (default: a perfgate-unet3d-* folder in each node's temp dir)")
+                        "already there (default: a perfgate-unet3d-* folder in $PERFGATE_DATA_DIR, else in each "
+                        "node's temp dir)")
     parser.add_argument("--lr", type=float, default=1e-4)
     args = parser.parse_args(argv)
     problems = workload_args.common_problems(args)
@@ -98,6 +100,21 @@ class UNet3D(nn.Module):
         return self.out(x)
 
 
+VOLUME_VERSION = 1
+"""The version of what write_volume makes from a side and a seed: raise it when the data it writes changes, so that no
+cache serves the old data under the new code."""
+DATA_DIR_ENV = "PERFGATE_DATA_DIR"
+
+
+def volume_dir(args: argparse.Namespace) -> Path:
+    """Where the volume's files are: ``--data-dir``, else a folder named for all they depend on (the generator's
+    version, the side, the seed) in ``$PERFGATE_DATA_DIR``, else in the temp dir."""
+    if args.data_dir:
+        return args.data_dir
+    root = Path(os.environ.get(DATA_DIR_ENV) or tempfile.gettempdir())
+    return root / f"perfgate-unet3d-v{VOLUME_VERSION}-{args.volume}-seed{args.seed}"
+
+
 def write_volume(directory: Path, side: int, seed: int = 0) -> tuple[Path, Path]:
     """A smooth random 4-field volume and 5 target fields that depend on it, as C-order float32 .npy.
 
@@ -123,10 +140,10 @@ def write_volume(directory: Path, side: int, seed: int = 0) -> tuple[Path, Path]
 
 
 def prepare_volume(args: argparse.Namespace, env: common.Distributed) -> tuple[Path, Path]:
-    """The volume's files as every rank of this node reads them: its local rank 0 writes them into this node's
-    temp dir (or ``--data-dir``) while the others wait; a rank that still cannot read them ends the run, saying so.
+    """The volume's files as every rank of this node reads them: its local rank 0 writes them (volume_dir) unless
+    they are there, while the others wait; a rank that still cannot read them ends the run, saying so.
     """
-    data_dir = args.data_dir or Path(tempfile.gettempdir()) / f"perfgate-unet3d-{args.volume}-seed{args.seed}"
+    data_dir = volume_dir(args)
     if env.local_rank == 0:
         write_volume(data_dir, args.volume, seed=args.seed)
     dist.barrier()

@@ -140,7 +140,19 @@ def wait_for_agents(agents: Sequence[subprocess.Popen], spec: LaunchSpec, start:
             raise teardown_hung(spec, logs)
         if on_poll is not None and on_poll(now - start) and work_done is None:
             work_done = now
-        time.sleep(POLL_S)
+        until_an_exit(agents, POLL_S)
+
+
+def until_an_exit(agents: Sequence[subprocess.Popen], seconds: float) -> None:
+    """Waits up to ``seconds``, but no longer than an agent still running takes to exit: a launch ends when its last
+    agent does, not up to a poll later (a quarter of a second of every launch, on average)."""
+    running = [agent for agent in agents if agent.poll() is None]
+    if not running:
+        return
+    try:
+        running[0].wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def run_processes(run_id: str, node: int | None = None) -> list[psutil.Process]:

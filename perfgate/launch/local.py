@@ -13,6 +13,7 @@ import uuid
 from typing import Mapping
 
 from perfgate.launch.agents import agent_command, free_port, kill_run, run_processes, start_logged, wait_for_agents
+from perfgate.launch.caches import data_cache_env
 from perfgate.launch.cores import RankPinner
 from perfgate.launch.diagnose import LaunchFailed, diagnose_failure, with_stacks
 from perfgate.launch.hang_stacks import request_stacks
@@ -25,7 +26,7 @@ def launch(spec: LaunchSpec, on_poll: Poll | None = None) -> LaunchResult:
     spec.workdir.mkdir(parents=True, exist_ok=True)
     run_id = f"perfgate-{uuid.uuid4().hex[:12]}"
     endpoint = f"127.0.0.1:{free_port(spec.ports)}"
-    env = {**os.environ, **spec.env, RUN_ID_ENV: run_id}
+    env = {**os.environ, **data_cache_env(), **spec.env, RUN_ID_ENV: run_id}
     commands, logs, agents = [], [], []
     start = time.monotonic()
     try:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from perfgate.measure import flops
+from perfgate.records import startup
 from perfgate.records.steps import RunRecords, StepRecord
 
 
@@ -258,7 +259,8 @@ def instructions_per_sample(window: Sequence[StepRecord], world: int) -> float |
 def time_accounting(records: RunRecords, warmup: int, launched_at: float,
                     finished_at: float) -> dict[str, float] | None:
     """Where one launch's wall-clock time went, in seconds: start-up (launch to the first step: torchrun,
-    imports, model build, FLOP count, compile set-up), warm-up steps, the measured window, after the window
+    imports, model build, FLOP count, compile set-up), split into its phases where the rank marked them
+    (``startup_<phase>_s``, records.startup), warm-up steps, the measured window, after the window
     (machine-speed probe, benchy phases, end record) and teardown (end record to every process gone).
     None when the records carry no timestamps (upstream logs, older records)."""
     steps, end = records.steps, records.end or {}
@@ -266,8 +268,10 @@ def time_accounting(records: RunRecords, warmup: int, launched_at: float,
         return None
     first_started = steps[-1].t - sum(s.step_s for s in steps)  # steps chain end to end; the last one is flushed
     window = steps[warmup:]
+    split = startup.phases(launched_at, end.get("startup") or {}, first_started)
     return {
         "startup_s": round(first_started - launched_at, 3),
+        **{f"startup_{phase}_s": seconds for phase, seconds in split.items()},
         "warmup_s": round(sum(s.step_s for s in steps[:warmup]), 3),
         "window_s": round(sum(s.step_s for s in window), 3),
         "after_window_s": round(float(end["t"]) - steps[-1].t, 3),

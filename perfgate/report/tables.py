@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from perfgate.launch import environment
 from perfgate.measure.progress import clock
+from perfgate.records import startup
 from perfgate.result import Result
 
 if TYPE_CHECKING:
@@ -121,6 +122,24 @@ def time_rows(results: Sequence[Result]) -> list[list[str]]:
         phases = [_seconds(sum(t[phase] for t in times)) for phase in TIME_PHASES]
         rows.append([result.case, str(len(times)), *phases, _seconds(total),
                      _share(sum(t["window_s"] for t in times), total)])
+    return rows
+
+
+STARTUP_HEADING = "where start-up went (seconds per launch, the mean of each case's launches; phases: docs/ci.md)"
+STARTUP_HEADER = ("case", "launches", *(phase.replace("_", " ") for phase in startup.PHASES), "start-up")
+
+
+def startup_rows(results: Sequence[Result]) -> list[list[str]]:
+    """Each case's start-up by phase, where its workload marked the points (records.startup)."""
+    rows = []
+    for result in results:
+        times = [t for t in launch_times(result) if any(f"startup_{phase}_s" in t for phase in startup.PHASES)]
+        if not times:
+            continue
+        phases = [_seconds(sum(t.get(f"startup_{phase}_s", 0.0) for t in times) / len(times))
+                  for phase in startup.PHASES]
+        rows.append([result.case, str(len(times)), *phases,
+                     _seconds(sum(t["startup_s"] for t in times) / len(times))])
     return rows
 
 
@@ -328,4 +347,5 @@ def sections(results: Sequence[Result], settings: Settings) -> list[Table]:
         Table("known", KNOWN_HEADING, KNOWN_HEADER, known_rows(results)),
         Table("history", "where each result stands in its history", HISTORY_HEADER, history_rows(results)),
         Table("time", TIME_HEADING, TIME_HEADER, time_rows(results)),
+        Table("startup", STARTUP_HEADING, STARTUP_HEADER, startup_rows(results)),
     ]
