@@ -8,7 +8,7 @@ import dataclasses
 import shlex
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import pytest
 
@@ -17,7 +17,6 @@ from perfgate.config.settings import Settings
 from perfgate.judge import known, revision
 from perfgate.judge.ab import ABGate, RevisionReference, runs_duet
 from perfgate.judge.gate import Gate, StoredBaseline
-from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch import hardware
 from perfgate.launch.plan import Plan, node_launcher, plan
 from perfgate.launch.spec import NodeLauncher
@@ -26,6 +25,9 @@ from perfgate.measure.measurer import Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.report import tables, terminal
 from perfgate.result import Result
+
+if TYPE_CHECKING:
+    from perfgate.trend.spreads import SessionHistory
 
 PROPERTY = "perfgate"
 """The name under which each case's result travels in its report's user_properties."""
@@ -74,9 +76,12 @@ class PerfGate:
                             inject_slowdown=settings.inject_slowdown, nvml=state.nvml, say=self._say,
                             tty=self._is_tty(planned))
         if reference is None:
+            history = self._session_history(planned, result)
+            if history is not None and state.budget is not None:
+                state.budget.known[run.key] = history.launch_costs() or {}
             gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
                         pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
-                        spreads=self._session_history(planned, result), budget=state.budget)
+                        spreads=history, budget=state.budget)
         else:
             result.candidate_commit = state.reference.commits[1]
             if state.reference.environment is not None:
@@ -94,8 +99,7 @@ class PerfGate:
             measurer.finish(settings.min_gpu_util)
             self.request.node.user_properties.extend(terminal.junit_properties(result))
 
-    def _session_history(self, planned: Plan, result: Result
-                         ) -> Callable[[float | None, bool], dict[str, SessionSpread]] | None:
+    def _session_history(self, planned: Plan, result: Result) -> SessionHistory | None:
         """What the results history (--perf-history) tells the stored baseline's verdict; none when there is none,
         and under --update-baselines or --perf-calibrate (calibrated values are not what the history holds). Its
         libraries were found at configure."""

@@ -8,7 +8,7 @@ from perfgate.config.settings import Settings
 from perfgate.judge import baselines
 from perfgate.judge.baselines import Baseline, MetricBaseline
 from perfgate.judge.gate import Gate, StoredBaseline, UnresolvedVerdictWarning
-from perfgate.measure.budget import SessionBudget
+from perfgate.measure.budget import SessionBudget, launch_costs
 from perfgate.outcome import CaseFailed
 from perfgate.report import tables, terminal
 
@@ -139,7 +139,8 @@ def test_a_b_pairs_are_what_the_budget_counts(tmp_path):
     with pytest.warns(UnresolvedVerdictWarning, match="1 pairs measured"):
         assert gate.check().verdict == "unresolved"
     assert candidate.launches == reference.launches == 1
-    assert "launch 2 needs about 60 s, and 30 s of the 1.5 min budget (90 s) were left" in candidate.result.budget_stop
+    assert candidate.result.budget_stop == ("--perf-budget: w-c-cpu stopped after 1 pair(s): pair 2 needs about 60 s, "
+                                            "and 30 s of the 1.5 min budget (90 s) were left")
 
 
 def test_the_summary_junit_and_the_record_name_what_the_budget_stopped(tmp_path):
@@ -156,10 +157,20 @@ def test_the_summary_junit_and_the_record_name_what_the_budget_stopped(tmp_path)
 def test_cost_estimates_come_from_the_case_then_its_baseline_then_the_session():
     clock = LaunchClock(0.0)
     budget = SessionBudget(600.0, clock=clock)
-    case = budget.for_case("c", 3, (40.0, 20.0))
+    case = budget.for_case("c", 3, {"first": 40.0, "later": 20.0})
     assert (case.cost(0), case.cost(1)) == (40.0, 20.0)
+    budget.known["h"] = {"first": 50.0, "later": 25.0}  # the results history's newest session of the case
+    assert budget.for_case("h", 3).cost(1) == 25.0 and budget.for_case("h", 3, {"first": 1.0, "later": 2.0}).cost(1) == 2.0
     budget.first_launches, budget.later_launches = [10.0], [5.0]
     assert budget.for_case("d", 3).cost(0) == 10.0 and budget.for_case("d", 3).cost(2) == 5.0
     case.launches = [30.0, 12.0, 14.0]
     assert (case.cost(0), case.cost(3)) == (30.0, 14.0)  # the longest of its own launches of the kind
     assert SessionBudget(600.0, clock=clock).for_case("e", 3).cost(0) is None
+
+
+def test_launch_costs_are_the_first_launch_and_the_median_of_the_later_ones():
+    runs = [{"time_s": {"total_s": 30.04}}, {"time_s": None}, {"time_s": {"total_s": 12.0}},
+            {"time_s": {"total_s": 14.0}}, {"time_s": {"total_s": 20.0}}]
+    assert launch_costs(runs) == {"first": 30.0, "later": 14.0}
+    assert launch_costs(runs[:1]) == {"first": 30.0, "later": 30.0}
+    assert launch_costs([{"time_s": None}]) is None

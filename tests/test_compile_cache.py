@@ -2,6 +2,7 @@
 them, and the warning when inductor could not cache a graph."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -43,10 +44,10 @@ COMPILE_ONCE = """
 import json, sys
 import torch
 sys.path.insert(0, {workloads!r})
-from train_common import compile_cache_counts
+from compile_cache import counts
 double = torch.compile(lambda x: x * 2 + 1)
 double(torch.ones(8))
-print(json.dumps(compile_cache_counts()))
+print(json.dumps(counts()))
 """
 
 
@@ -84,3 +85,109 @@ def test_a_launch_whose_graphs_inductor_could_not_cache_is_named_in_a_warning(tm
                                                        r"in /c/inductor .* TORCH_LOGS=\+inductor"):
         measurer.launch_once(1)
     assert measurer.measurement.runs[0]["facts"]["end"]["compile_cache"]["bypasses"] == 2
+
+
+COMPILE_AND_KEEP = """
+import json, sys
+import torch
+sys.path.insert(0, {workloads!r})
+from compile_cache import CompileCache
+cache = CompileCache(rank=0)
+cache.before_compiling()
+double = torch.compile(lambda x: x * 2 + 1)
+double(torch.ones(8))
+cache.after_running()
+print(json.dumps(cache.facts()))
+"""
+
+
+@pytest.mark.launches
+def test_a_job_with_only_the_cases_artifacts_file_loads_what_another_compiled(clean_env, tmp_path):
+    """torch's Mega-Cache: the first process compiles and saves the case's artifacts; a second one, whose inductor
+    directory is empty (another job's machine), loads them and compiles nothing anew."""
+    if not any(shutil.which(name) for name in ("c++", "g++")):
+        pytest.skip("torch.compile on CPU needs a C++ compiler (c++ or g++) on PATH")
+    stem = tmp_path / "artifacts" / "cpu-class" / "case"
+    script = COMPILE_AND_KEEP.format(workloads=str(REPO / "workloads"))
+    facts = []
+    for job in ("first", "second"):
+        env = {**os.environ, "PERFGATE_COMPILE_ARTIFACTS": str(stem), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / job),
+               "TRITON_CACHE_DIR": str(tmp_path / job / "triton")}
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        facts.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = facts
+    assert first["misses"] >= 1 and first["artifacts"] == {"file": first["artifacts"]["file"], "loaded": False,
+                                                           "saved": True}
+    assert first["artifacts"]["file"].startswith(f"{stem}-torch") and first["artifacts"]["file"].endswith(".bin")
+    assert second["artifacts"] == {**first["artifacts"], "loaded": True, "saved": False}
+    assert second["hits"] == first["misses"] and second["misses"] == 0
+
+
+def test_a_torch_without_mega_cache_says_so_and_compiles_as_before(monkeypatch):
+    sys.path.insert(0, str(REPO / "workloads"))
+    try:
+        import compile_cache
+    finally:
+        sys.path.remove(str(REPO / "workloads"))
+    import torch
+
+    monkeypatch.setenv("PERFGATE_COMPILE_ARTIFACTS", "/c/case")
+    assert compile_cache.artifacts_file()[0].name.startswith(f"case-torch{torch.__version__}-triton")
+    monkeypatch.delattr(torch.compiler, "save_cache_artifacts")
+    path, why_not = compile_cache.artifacts_file()
+    assert path is None and why_not == (f"torch {torch.__version__} has no Mega-Cache "
+                                        "(torch.compiler.save_cache_artifacts, torch 2.7+)")
+    monkeypatch.delenv("PERFGATE_COMPILE_ARTIFACTS")
+    monkeypatch.undo()
+    assert compile_cache.artifacts_file() == (None, "PERFGATE_COMPILE_ARTIFACTS is not set (perfgate's launchers set it)")
+
+
+class Kept(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_each_bypass_is_kept_with_its_reason_and_what_reaches_the_handlers_is_unchanged():
+    """Inductor logs why it bypassed its cache at INFO, below what its logger shows by default: the reason is kept,
+    and a handler still sees only what it saw before (the warning)."""
+    sys.path.insert(0, str(REPO / "workloads"))
+    try:
+        from compile_cache import BypassReasons
+    finally:
+        sys.path.remove(str(REPO / "workloads"))
+    logger, handler = logging.getLogger("torch._inductor.codecache"), Kept()
+    logger.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+    reasons = BypassReasons()
+    reasons.install()
+    try:
+        logger.info("Bypassing FX Graph Cache because '%s'", "Can't pickle a lambda")
+        logger.info("Bypassing FX Graph Cache because '%s'", "Can't pickle a lambda")
+        logger.warning("a warning still shows")
+        assert reasons.reasons == ["Bypassing FX Graph Cache because 'Can't pickle a lambda'"]
+        assert handler.messages == ["a warning still shows"]
+    finally:
+        logger.removeHandler(handler)
+        logger.removeFilter(reasons)
+        logger.setLevel(logging.NOTSET)
+
+
+def test_the_bypass_warning_names_inductors_reasons(tmp_path):
+    source = tmp_path / "recorded"
+    source.mkdir()
+    records = [{"kind": "start", "t": 1.0, "world_size": 1, "global_batch": 8},
+               *({"kind": "step", "t": 2.0 + i, "step": i, "samples": 8, "step_s": 1.0, "data_s": 0.0}
+                 for i in range(4)),
+               {"kind": "end", "t": 6.0, "peak_memory_bytes": 1,
+                "compile_cache": {"hits": 0, "misses": 1, "bypasses": 1, "dir": "/c/inductor",
+                                  "bypass_reasons": ["Bypassing FX Graph Cache because 'Can't pickle'"]}}]
+    (source / "steps.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    measurer = Measurer(make_plan(tmp_path), record("w-c-cpu"), launcher=ReplayLauncher(source, 1.0), root=tmp_path)
+    with pytest.warns(CompileCacheBypassWarning, match=r"again in every launch: Bypassing FX Graph Cache because "
+                                                       r"'Can't pickle'$"):
+        measurer.launch_once(1)

@@ -798,3 +798,20 @@ def test_a_history_file_elsewhere_given_as_two_arguments_is_refused_before_it_mo
                                 f"one argument: --perf-history={elsewhere}"])
     whole = repo.runpytest_inprocess(*ARGS, "--co", f"--perf-history={elsewhere}")
     assert whole.ret == pytest.ExitCode.OK
+
+
+def test_the_budget_plans_a_case_from_its_newest_timed_session_in_the_history(tmp_path):
+    """--perf-budget's plan before the case's first launch: what its launches cost in the newest session the results
+    history holds of it on this class (a session without time accounting, as an upstream log's, is passed over)."""
+    from perfgate.trend.spreads import SessionHistory
+
+    url = str(tmp_path / "history.db")
+    history = SessionHistory(url, None, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])
+    assert history.launch_costs() is None  # no database yet
+    database = ResultsDatabase(url)
+    timed = [{"run": i, "metrics": {}, "time_s": {"total_s": total}} for i, total in enumerate((30.0, 12.0, 14.0))]
+    database.record([dataclasses.replace(result(), per_run=timed)], CONTEXT)
+    database.record([dataclasses.replace(result(), per_run=[{"run": 0, "metrics": {}, "time_s": None}])], CONTEXT)
+    database.record([dataclasses.replace(result(case="d-cpu"), per_run=timed[:1])], CONTEXT)
+    database.close()
+    assert history.launch_costs() == {"first": 30.0, "later": 13.0}

@@ -31,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import machine_probe
 import torch_compat
+from compile_cache import CompileCache
 from workload_args import OPTIMIZER_CLASSES
 from perfgate.launch.hang_stacks import tell_stacks_on_request
 from perfgate.measure import flops, stats
@@ -169,16 +170,6 @@ def cudagraph_skips() -> int:
     return int(counters["inductor"]["cudagraph_skips"])
 
 
-def compile_cache_counts() -> dict[str, Any]:
-    """Inductor's FX graph cache in this process: how many graphs it loaded (hits), compiled and stored (misses) or
-    could not cache (bypasses: those compile in every launch; TORCH_LOGS=+inductor logs why), and where it is."""
-    from torch._dynamo.utils import counters
-
-    inductor = counters["inductor"]
-    return {"hits": int(inductor["fxgraph_cache_hit"]), "misses": int(inductor["fxgraph_cache_miss"]),
-            "bypasses": int(inductor["fxgraph_cache_bypass"]), "dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}
-
-
 def check_cuda_graphs(asked: bool, skips: int) -> None:
     """Ends a ``--cuda-graphs`` run whose graphs inductor skipped: it measured plain torch.compile, not CUDA graphs
     (DDP with BatchNorm buffers does it: "skipping cudagraphs due to mutated inputs", pytorch issue 139207)."""
@@ -251,6 +242,9 @@ class Trainer:
                                      on_step=on_step)
         self.injector = SlowdownInjector(args.inject_slowdown, env.device.type, self.recorder.step_times)
         self.adaptive = AdaptiveStop(args, self.recorder)
+        self.compile_cache = CompileCache(env.rank) if args.compile or args.cuda_graphs else None
+        if self.compile_cache is not None:
+            self.compile_cache.before_compiling()
         self.lr: Callable[[], float | None] = lambda: None
         self.last_batch: Any = None
 
@@ -379,6 +373,8 @@ class Trainer:
         dist.all_reduce(barrier)
 
     def close(self, steps_run: int, wall_s: float) -> None:
+        if self.compile_cache is not None:
+            self.compile_cache.after_running()
         peak, kind = peak_memory_bytes(self.env.device)
         peak_all = torch.tensor([peak], dtype=torch.float64, device=self.env.device)
         dist.all_reduce(peak_all, op=dist.ReduceOp.MAX)
@@ -386,6 +382,6 @@ class Trainer:
             peak_memory_bytes=int(peak_all.item()), peak_memory_kind=kind, wall_s=wall_s, steps_run=steps_run,
             stopped_early=steps_run < self.args.steps, median_step_ci_halfwidth=self.adaptive.halfwidth,
             cudagraph_skips=cudagraph_skips(),
-            compile_cache=compile_cache_counts() if self.args.compile or self.args.cuda_graphs else None,
+            compile_cache=self.compile_cache.facts() if self.compile_cache is not None else None,
             startup=startup.marks(),
         )

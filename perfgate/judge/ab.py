@@ -93,6 +93,7 @@ class ABGate(Gate):
 
     weighs_machine = False
     evidence = "pairs"
+    look_named = ("pair", "pair(s)")
 
     reference: RevisionReference
     clock = staticmethod(time.monotonic)

@@ -13,6 +13,7 @@ from perfgate.judge.gated import GatedMetrics
 from perfgate.launch import hardware
 from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, stats
+from perfgate.measure.budget import launch_costs
 from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed
@@ -114,16 +115,8 @@ class BaselineUpdate:
             metrics=new_metrics,
             provenance={**provenance, "pytest_args": self._pytest_args,
                         "warmup_steps": plan.warmup, "steps": plan.steps, "measured": kept.medians(),
-                        "launch_s": launch_costs(measurement),
+                        "launch_s": launch_costs(measurement.runs),
                         "disturbed_runs": [{"run": r["run"], **{name: r["metrics"][name] for name in run.gated}}
                                            for r in measurement.runs if r["run"] in dropped]},
         )
 
-
-def launch_costs(measurement: Measurement) -> dict[str, float] | None:
-    """What a gate's launches of the case cost, for --perf-budget's plan before it has launched any: the first launch
-    (which counts FLOPs and runs benchy's phases) and the median of the later ones, in seconds."""
-    totals = [run["time_s"]["total_s"] for run in measurement.runs if run.get("time_s")]
-    if not totals:
-        return None
-    return {"first": round(totals[0], 1), "later": round(stats.median(totals[1:] or totals), 1)}

@@ -120,6 +120,8 @@ class Gate:
     """The slowdown a pass must rule out (stats.decide's ``resolve``); A/B's --perf-ab-resolve."""
     evidence = "runs"
     """What one more look at the case measures: a run, or under A/B a pair."""
+    look_named = ("launch", "launch(es)")
+    """What --perf-budget calls one look and several."""
     weighs_machine = True
     """Whether a FAIL that the machine-speed probe's drop on its clock covers is left unresolved (machine_drop):
     against a stored baseline; A/B's pairs meet the machine's speed on both sides."""
@@ -173,8 +175,7 @@ class Gate:
         """The case's planned launches, as many as --perf-budget lets start (``expected``: its baseline's launch
         costs, where the baseline recorded them)."""
         if self._session_budget is not None:
-            costs = (expected or {}).get("first"), (expected or {}).get("later")
-            self.budget = self._session_budget.for_case(self.plan.run.key, planned, costs)
+            self.budget = self._session_budget.for_case(self.plan.run.key, planned, expected, self.look_named)
         for index in range(planned):
             if self.budget is not None and not self.budget.may_launch(index):
                 break

@@ -39,3 +39,13 @@ def data_cache_env() -> dict[str, str]:
     local launcher passes it on: a cluster's nodes keep their data in their own temp dirs, not in a home directory
     that may be a network file system their loaders would then read through."""
     return {DATA_DIR_ENV: os.environ.get(DATA_DIR_ENV) or str(cache_root() / "data")}
+
+
+ARTIFACTS_ENV = "PERFGATE_COMPILE_ARTIFACTS"
+"""A case's torch Mega-Cache file, less the torch and Triton versions its ranks add (workloads/compile_cache.py)."""
+
+
+def compile_artifacts_env(device_class: str, case: str) -> dict[str, str]:
+    """Where a compiled case's ranks keep its Mega-Cache artifacts: one file per device (the GPU model, or the CPU
+    class) and case, which kernels compiled for another device never match."""
+    return {ARTIFACTS_ENV: str(cache_root() / "compile-artifacts" / device_class / case)}

@@ -16,7 +16,7 @@ from perfgate.config.cases import DEFAULT_CPU_RANKS, CaseRun
 from perfgate.config.settings import Settings
 from perfgate.launch import hardware
 from perfgate.launch.agents import port_share
-from perfgate.launch.caches import compile_cache_env
+from perfgate.launch.caches import compile_artifacts_env, compile_cache_env
 from perfgate.launch.local import LocalLauncher
 from perfgate.launch.slurm import SlurmLauncher
 from perfgate.launch.spec import LaunchSpec, NodeLauncher
@@ -81,7 +81,7 @@ def plan(run: CaseRun, settings: Settings, node_hardware: Sequence[hardware.Hard
         procs_per_node=per_node,
         timeout_s=settings.timeout or flavour.timeout_s,
         teardown_s=settings.teardown_timeout,
-        env=child_env(run.kind, root),
+        env={**child_env(run.kind, root), **compile_artifacts_env(detected, run.key)},
         devices_per_node=devices,
         ports=port_share(*xdist_worker()),
         node_gpu_samples=run.kind == "gpu" and settings.launcher != "local",

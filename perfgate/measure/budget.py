@@ -1,8 +1,9 @@
 """--perf-budget: the session's time limit, spent launch by launch so that the session ends inside it.
 
 A CI job has a time limit, and a gate that overruns it is killed with no verdict at all. So no launch starts that
-would end past the limit, at the longest that the case's launches have taken (or, before its first, its baseline's
-launches, else the session's launches of other cases). A case whose planned launches do not all fit is not started;
+would end past the limit, at the longest that the case's launches have taken (or, before its first, what its
+baseline's launches took, else its newest session's in the results history, else the session's launches of other
+cases). A case whose planned launches do not all fit is not started;
 a case whose verdict wants another launch gets it only once the planned launches of every case still to come fit
 beside it: a case with no launch yet is the least decided of all. What the budget stopped is said in the record
 (``Result.budget_stop``) and leaves the case unresolved, never a silent pass (judge/gate.py).
@@ -13,9 +14,10 @@ still to come (the plugin counts them); under pytest-xdist each worker plans for
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 
 @dataclass
@@ -29,6 +31,8 @@ class SessionBudget:
     """Cases of this session (this worker's share under xdist) that have not started, set before each case."""
     first_launches: list[float] = field(default_factory=list)
     later_launches: list[float] = field(default_factory=list)
+    known: dict[str, Mapping[str, float]] = field(default_factory=dict)
+    """What each case's launches cost in the results history's newest session of it (--perf-history), by case."""
 
     def __post_init__(self) -> None:
         self.started = self.started or self.clock()
@@ -45,10 +49,13 @@ class SessionBudget:
         seen = self.first_launches if first else (self.later_launches or self.first_launches)
         return sum(seen) / len(seen) if seen else None
 
-    def for_case(self, label: str, planned: int, expected: Sequence[float | None] = (None, None)) -> CaseBudget:
-        """The budget of one case that plans ``planned`` launches; ``expected``: its first and later launches' cost
-        as its baseline measured them, where it did."""
-        return CaseBudget(self, label, planned, self.cases_to_come, expected)
+    def for_case(self, label: str, planned: int, costs: Mapping[str, float] | None = None,
+                 look: tuple[str, str] = ("launch", "launch(es)")) -> CaseBudget:
+        """The budget of one case that plans ``planned`` launches (``look``: what one is called, and several: an A/B
+        pair); ``costs``: its first and later launches' cost as its baseline measured them, else as the results
+        history's newest session of it did (``known``)."""
+        costs = costs or self.known.get(label) or {}
+        return CaseBudget(self, label, planned, self.cases_to_come, (costs.get("first"), costs.get("later")), look)
 
 
 @dataclass
@@ -60,6 +67,7 @@ class CaseBudget:
     planned: int
     cases_after: int
     expected: Sequence[float | None] = (None, None)
+    look: tuple[str, str] = ("launch", "launch(es)")
     launches: list[float] = field(default_factory=list)
     stopped: str | None = None
     """Why the budget stopped a launch the case wanted: its reason in the record."""
@@ -90,7 +98,7 @@ class CaseBudget:
                 return left > 0 or self._stop(f"the session had used its {minutes(budget)} before {self.label} began")
             need = sum(costs)  # type: ignore[arg-type]
             return need <= left or self._stop(
-                f"{self.label} was not launched: its {self.planned} launch(es) need about {need:.0f} s and "
+                f"{self.label} was not launched: its {self.planned} {self.look[1]} need about {need:.0f} s and "
                 f"{max(left, 0):.0f} s of the {minutes(budget)} were left")
         need = self.cost(index) or 0.0
         reserve = self.reserve_s() if index >= self.planned else 0.0
@@ -98,8 +106,8 @@ class CaseBudget:
             return True
         beside = (f", beside the {reserve:.0f} s that the {self.cases_after} case(s) after it need"
                   if reserve else "")
-        return self._stop(f"{self.label} stopped after {index} launch(es): launch {index + 1} needs about {need:.0f} s"
-                          f"{beside}, and {max(left, 0):.0f} s of the {minutes(budget)} were left")
+        return self._stop(f"{self.label} stopped after {index} {self.look[1]}: {self.look[0]} {index + 1} needs about "
+                          f"{need:.0f} s{beside}, and {max(left, 0):.0f} s of the {minutes(budget)} were left")
 
     def timed(self, launch: Callable[[], None]) -> None:
         """Runs one launch (or one A/B pair) and books what it took."""
@@ -118,3 +126,12 @@ class CaseBudget:
 
 def minutes(seconds: float) -> str:
     return f"{seconds / 60:g} min budget ({seconds:.0f} s)"
+
+
+def launch_costs(runs: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """What a case's launches cost, from their time accounting (Result.per_run): the first launch (which counts FLOPs
+    and runs benchy's phases) and the median of the later ones, in seconds; None without timed launches."""
+    totals = [run["time_s"]["total_s"] for run in runs if run.get("time_s")]
+    if not totals:
+        return None
+    return {"first": round(totals[0], 1), "later": round(statistics.median(totals[1:] or totals), 1)}

@@ -221,10 +221,12 @@ class Measurer:
         """A warm start that compiles anyway costs nearly what a cold one does: say so, rather than bill it silently."""
         cache = run["facts"]["end"].get("compile_cache") or {}
         if cache.get("bypasses"):
+            reasons = cache.get("bypass_reasons") or []
+            why = ("; ".join(reasons) if reasons else "run with TORCH_LOGS=+inductor to see why")
             self.result.warn(CompileCacheBypassWarning(
                 f"{self.label} run {run['run'] + 1}: torch.compile could not cache {cache['bypasses']} graph(s) in "
                 f"{cache.get('dir') or 'its cache directory'} (inductor's FX graph cache bypassed them): they compile "
-                "again in every launch; run with TORCH_LOGS=+inductor to see why"))
+                f"again in every launch: {why}"))
 
     def finish(self, min_gpu_util: float) -> None:
         """Flags GPUs that idled and writes ``result.json`` (the record, the command and every run) next to

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from perfgate.judge.gate import SessionSpreadWarning
 from perfgate.judge.session_spread import MIN_SESSIONS, SessionSpread, counts
+from perfgate.measure.budget import launch_costs
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.trend.analysis import series
 from perfgate.trend.database import DatabaseError, NoDatabase, Point, ResultsDatabase
@@ -52,6 +53,22 @@ class SessionHistory:
             self.warn(SessionSpreadWarning(f"{self.case}: the spread between sessions was not read ({exc}); the "
                                            "sessions stored with the baseline, or else its tolerance alone, judge"))
             return {}
+
+    def launch_costs(self) -> dict[str, float] | None:
+        """What the case's launches cost in its newest session here, for --perf-budget's plan; None where none is
+        kept or the history cannot be read (the spreads say so)."""
+        try:
+            database = ResultsDatabase(self.url, create=False)
+        except (NoDatabase, DatabaseError, OSError):
+            return None
+        try:
+            records = database.records(self.case, self.hardware_class)
+        except DatabaseError:
+            return None
+        finally:
+            database.close()
+        timed = [records[key].per_run for key in sorted(records) if launch_costs(records[key].per_run)]
+        return launch_costs(timed[-1]) if timed else None
 
 
 def learn(url: str, case: str, hardware_class: str, workload_version: str, metrics: Sequence[str],
