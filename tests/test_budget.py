@@ -161,8 +161,8 @@ def test_cost_estimates_come_from_the_case_then_its_baseline_then_the_session():
     assert (case.cost(0), case.cost(1)) == (40.0, 20.0)
     budget.known["h"] = {"first": 50.0, "later": 25.0}  # the results history's newest session of the case
     assert budget.for_case("h", 3).cost(1) == 25.0 and budget.for_case("h", 3, {"first": 1.0, "later": 2.0}).cost(1) == 2.0
-    budget.first_launches, budget.later_launches = [10.0], [5.0]
-    assert budget.for_case("d", 3).cost(0) == 10.0 and budget.for_case("d", 3).cost(2) == 5.0
+    budget.first_launches, budget.later_launches = [10.0, 16.0], [5.0, 4.0]  # the longest: a short guess wastes more
+    assert budget.for_case("d", 3).cost(0) == 16.0 and budget.for_case("d", 3).cost(2) == 5.0
     case.launches = [30.0, 12.0, 14.0]
     assert (case.cost(0), case.cost(3)) == (30.0, 14.0)  # the longest of its own launches of the kind
     assert SessionBudget(600.0, clock=clock).for_case("e", 3).cost(0) is None

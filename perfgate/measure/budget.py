@@ -2,8 +2,8 @@
 
 A CI job has a time limit, and a gate that overruns it is killed with no verdict at all. So no launch starts that
 would end past the limit, at the longest that the case's launches have taken (or, before its first, what its
-baseline's launches took, else its newest session's in the results history, else the session's launches of other
-cases). A case whose planned launches do not all fit is not started;
+baseline's launches took, else its newest session's in the results history, else the longest of the session's
+launches of other cases). A case whose planned launches do not all fit is not started;
 a case whose verdict wants another launch gets it only once the planned launches of every case still to come fit
 beside it: a case with no launch yet is the least decided of all. What the budget stopped is said in the record
 (``Result.budget_stop``) and leaves the case unresolved, never a silent pass (judge/gate.py).
@@ -44,10 +44,11 @@ class SessionBudget:
         return self.clock() - self.started
 
     def typical(self, first: bool) -> float | None:
-        """A launch of a case this session has not launched yet: the mean of the session's launches of its kind
-        (a first launch counts FLOPs and runs benchy's phases, later ones do not); None before any."""
+        """A launch of a case this session has not launched yet: the longest of the session's launches of its kind (a
+        first launch counts FLOPs and runs benchy's phases, later ones do not); None before any. The longest, since a
+        case started on a guess that proves short is cut off with nothing decided, its launches spent for nothing."""
         seen = self.first_launches if first else (self.later_launches or self.first_launches)
-        return sum(seen) / len(seen) if seen else None
+        return max(seen) if seen else None
 
     def for_case(self, label: str, planned: int, costs: Mapping[str, float] | None = None,
                  look: tuple[str, str] = ("launch", "launch(es)")) -> CaseBudget:
@@ -82,7 +83,7 @@ class CaseBudget:
         return self.expected[0 if first else 1] or self.session.typical(first)
 
     def reserve_s(self) -> float:
-        """What the cases to come need for their planned launches, at the session's typical launch."""
+        """What the cases to come need for their planned launches, at the session's longest launches."""
         first, later = self.session.typical(True), self.session.typical(False)
         if first is None:
             return 0.0
