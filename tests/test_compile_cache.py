@@ -40,18 +40,23 @@ def test_the_ranks_compile_into_perfgates_cache_directory_unless_the_user_chose_
     assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]) == ("/ci/cache/inductor", "/mine/triton")
 
 
-def test_a_launch_whose_graphs_inductor_could_not_cache_is_named_in_a_warning(tmp_path):
+@pytest.mark.parametrize("reasons, why", [
+    ([], r"run with TORCH_LOGS=\+inductor to see why"),
+    (["Bypassing FX Graph Cache because 'Can't pickle'"], r"Bypassing FX Graph Cache because 'Can't pickle'")])
+def test_a_launch_whose_graphs_inductor_could_not_cache_is_named_in_a_warning(tmp_path, reasons, why):
+    """With inductor's own reasons where the rank kept them (workloads/compile_cache.py), else how to see them."""
     source = tmp_path / "recorded"
     source.mkdir()
     records = [{"kind": "start", "t": 1.0, "world_size": 1, "global_batch": 8},
                *({"kind": "step", "t": 2.0 + i, "step": i, "samples": 8, "step_s": 1.0, "data_s": 0.0}
                  for i in range(4)),
                {"kind": "end", "t": 6.0, "peak_memory_bytes": 1,
-                "compile_cache": {"hits": 0, "misses": 1, "bypasses": 2, "dir": "/c/inductor"}}]
+                "compile_cache": {"hits": 0, "misses": 1, "bypasses": 2, "dir": "/c/inductor",
+                                  "bypass_reasons": reasons}}]
     (source / "steps.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     measurer = Measurer(make_plan(tmp_path), record("w-c-cpu"), launcher=ReplayLauncher(source, 1.0), root=tmp_path)
     with pytest.warns(CompileCacheBypassWarning, match=r"w-c-cpu run 1: torch.compile could not cache 2 graph\(s\) "
-                                                       r"in /c/inductor .* TORCH_LOGS=\+inductor"):
+                                                       rf"in /c/inductor .* again in every launch: {why}$"):
         measurer.launch_once(1)
     assert measurer.measurement.runs[0]["facts"]["end"]["compile_cache"]["bypasses"] == 2
 
@@ -150,19 +155,3 @@ def test_each_bypass_is_kept_with_its_reason_and_what_reaches_the_handlers_is_un
         logger.removeHandler(handler)
         logger.removeFilter(reasons)
         logger.setLevel(logging.NOTSET)
-
-
-def test_the_bypass_warning_names_inductors_reasons(tmp_path):
-    source = tmp_path / "recorded"
-    source.mkdir()
-    records = [{"kind": "start", "t": 1.0, "world_size": 1, "global_batch": 8},
-               *({"kind": "step", "t": 2.0 + i, "step": i, "samples": 8, "step_s": 1.0, "data_s": 0.0}
-                 for i in range(4)),
-               {"kind": "end", "t": 6.0, "peak_memory_bytes": 1,
-                "compile_cache": {"hits": 0, "misses": 1, "bypasses": 1, "dir": "/c/inductor",
-                                  "bypass_reasons": ["Bypassing FX Graph Cache because 'Can't pickle'"]}}]
-    (source / "steps.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
-    measurer = Measurer(make_plan(tmp_path), record("w-c-cpu"), launcher=ReplayLauncher(source, 1.0), root=tmp_path)
-    with pytest.warns(CompileCacheBypassWarning, match=r"again in every launch: Bypassing FX Graph Cache because "
-                                                       r"'Can't pickle'$"):
-        measurer.launch_once(1)

@@ -50,24 +50,22 @@ def whole(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"must be a number of seconds, got {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"must be > 0 seconds, got {value:g}")
-    return value
+def positive(unit: str) -> Callable[[str], float]:
+    """A parser of a length of time in ``unit`` above 0."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"must be a number of {unit}, got {text!r}") from None
+        if value <= 0:
+            raise ValueError(f"must be > 0 {unit}, got {value:g}")
+        return value
+
+    return parse
 
 
-def minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"must be a number of minutes, got {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"must be > 0 minutes, got {value:g}")
-    return value
+seconds = positive("seconds")
+minutes = positive("minutes")
 
 
 def fraction(text: str) -> float:

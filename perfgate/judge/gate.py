@@ -326,10 +326,7 @@ class Gate:
              any(row["rule"] == "in turn" for row in rows))) if holds]
         message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than {self.reference.against}, but "
                    f"{' and '.join(why)}{details}\n{self.instead()}")
-        if self.settings.fail_unresolved:
-            raise CaseFailed(message)
-        self.result.warn(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
-        return self.result
+        return self.say_unresolved(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
 
     def out_of_budget(self, details: str) -> Result:
         """A verdict that --perf-budget stopped short of the launches it wanted: unresolved, with the budget as its
@@ -339,13 +336,17 @@ class Gate:
         for row in self.result.metrics:
             row["verdict"] = "unresolved"
         self.result.conclude("unresolved")
-        message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: {stopped}{details}\n"
-                   f"{len(self.measurer.measurement.runs)} {self.evidence} measured; give the session more time "
-                   "(--perf-budget), fewer cases (-k, -m), or a cache directory a CI job restores, so that launches "
-                   "start sooner (docs/ci.md)")
+        return self.say_unresolved(UnresolvedVerdictWarning(
+            f"{plan.run.key}: unresolved on {plan.hardware_class}: {stopped}{details}\n"
+            f"{len(self.measurer.measurement.runs)} {self.evidence} measured; give the session more time "
+            "(--perf-budget), fewer cases (-k, -m), or a cache directory a CI job restores, so that launches start "
+            "sooner (docs/ci.md)"))
+
+    def say_unresolved(self, warning: Warning) -> Result:
+        """An unresolved verdict's message: a failure under --fail-unresolved, else a warning the record keeps."""
         if self.settings.fail_unresolved:
-            raise CaseFailed(message)
-        self.result.warn(UnresolvedVerdictWarning(message))
+            raise CaseFailed(str(warning))
+        self.result.warn(warning)
         return self.result
 
     def unresolved(self, verdicts: list[baselines.MetricVerdict], baseline: baselines.Baseline,
@@ -363,15 +364,12 @@ class Gate:
         needed = [row["pairs_needed"] for row in rows]
         more = "more pairs" if None in needed else f"about {max(needed)} pairs"
         reach = ", ".join(f"{row['could_miss']:.1%} on {row['metric']}" for row in rows)
-        message = (f"{self.plan.run.key}: unresolved on {self.plan.hardware_class}{details}\n"
-                   f"after {rows[0]['pairs']} pairs a slowdown of up to {reach} cannot be ruled out, more than the "
-                   f"{self.resolution:.1%} that --perf-ab-resolve asks to rule out: {more} would settle it (raise "
-                   "--perf-max-repeats or --perf-ab-budget), and longer windows (--perf-steps) narrow each pair "
-                   "(docs/ab.md)")
-        if self.settings.fail_unresolved:
-            raise CaseFailed(message)
-        self.result.warn(UnresolvedVerdictWarning(message))
-        return self.result
+        return self.say_unresolved(UnresolvedVerdictWarning(
+            f"{self.plan.run.key}: unresolved on {self.plan.hardware_class}{details}\n"
+            f"after {rows[0]['pairs']} pairs a slowdown of up to {reach} cannot be ruled out, more than the "
+            f"{self.resolution:.1%} that --perf-ab-resolve asks to rule out: {more} would settle it (raise "
+            "--perf-max-repeats or --perf-ab-budget), and longer windows (--perf-steps) narrow each pair "
+            "(docs/ab.md)"))
 
     def check_plant(self, verdicts: list[baselines.MetricVerdict], measurement: Measurement) -> None:
         """Shows, in result.json and with a warning, a planted slowdown that did not slow what is gated."""
