@@ -66,7 +66,7 @@ class SessionState:
         """A pytest-xdist worker: its results go to the controller, which writes the reports."""
         self.budget = SessionBudget(settings.budget * 60) if settings.budget else None
         """--perf-budget, counted from the session's start (each xdist worker's, for its share of the cases)."""
-        self._cases: dict[str, int] = {}
+        self._cases: dict[str, tuple[int, bool]] = {}
         self._workers = 1
 
     def node_hardware(self, launcher: NodeLauncher) -> list[hardware.Hardware]:
@@ -95,14 +95,21 @@ class SessionState:
                 self.left_out[mark] = len(left_out)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """The session's perfgate cases in the order they run, so that --perf-budget knows how many are to come."""
-        cases = [item.nodeid for item in session.items if "perfgate" in getattr(item, "fixturenames", ())]
-        self._cases = {nodeid: index for index, nodeid in enumerate(cases)}
+        """The session's perfgate cases in the order they run, each with whether it is a GPU flavour, so that
+        --perf-budget knows how many are to come."""
+        cases = [item for item in session.items if "perfgate" in getattr(item, "fixturenames", ())]
+        self._cases = {item.nodeid: (index, bool(item.get_closest_marker("gpu"))) for index, item in enumerate(cases)}
         self._workers = int(getattr(session.config, "workerinput", {}).get("workercount", 1))
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if self.budget is not None and item.nodeid in self._cases:
-            self.budget.cases_to_come = math.ceil((len(self._cases) - self._cases[item.nodeid] - 1) / self._workers)
+        """The cases still to come after this one (this worker's share under xdist), less GPU flavours once the
+        nodes are known to have no GPU: those skip without a launch."""
+        if self.budget is None or item.nodeid not in self._cases:
+            return
+        here = self._cases[item.nodeid][0]
+        no_gpu = isinstance(self._nodes, list) and not any(node.has_gpu for node in self._nodes)
+        to_come = sum(1 for index, gpu in self._cases.values() if index > here and not (gpu and no_gpu))
+        self.budget.cases_to_come = math.ceil(to_come / self._workers)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
@@ -151,7 +158,7 @@ class SessionState:
             if path and self.results and not self.worker:
                 terminalreporter.write_line(f"perfgate: wrote {path}")
         if self.budget is not None:
-            stopped = sum(1 for result in self.results if result.budget_stop)
+            stopped = sum(1 for result in self.results if result.budget_stop and result.verdict == "unresolved")
             terminalreporter.write_line(
                 f"perfgate: --perf-budget {self.settings.budget:g} min: the session took {self.budget.used_s():.0f} s "
                 f"of its {self.budget.seconds:.0f} s; {stopped} case(s) left unresolved by it", yellow=bool(stopped))

@@ -7,9 +7,9 @@ from fakes import METRIC, FakeMeasurer, LaunchClock, make_plan
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
 from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import Gate, StoredBaseline, UnresolvedVerdictWarning
+from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning
 from perfgate.measure.budget import SessionBudget, launch_costs
-from perfgate.outcome import CaseFailed
+from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.report import tables, terminal
 
 TIGHT = (98.0, 99.0, 100.0, 101.0, 102.0)
@@ -168,9 +168,42 @@ def test_cost_estimates_come_from_the_case_then_its_baseline_then_the_session():
     assert SessionBudget(600.0, clock=clock).for_case("e", 3).cost(0) is None
 
 
-def test_launch_costs_are_the_first_launch_and_the_median_of_the_later_ones():
+def test_launch_costs_are_the_first_launch_and_the_longest_of_the_later_ones():
     runs = [{"time_s": {"total_s": 30.04}}, {"time_s": None}, {"time_s": {"total_s": 12.0}},
             {"time_s": {"total_s": 14.0}}, {"time_s": {"total_s": 20.0}}]
-    assert launch_costs(runs) == {"first": 30.0, "later": 14.0}
+    assert launch_costs(runs) == {"first": 30.0, "later": 20.0}  # the longest, as the session's own estimates
     assert launch_costs(runs[:1]) == {"first": 30.0, "later": 30.0}
+    assert launch_costs([{"time_s": None}, *runs[2:]]) == {"first": 20.0, "later": 20.0}  # a later one is no first
     assert launch_costs([{"time_s": None}]) is None
+
+
+def test_a_case_with_no_baseline_the_budget_did_not_start_is_skipped_saying_both(tmp_path):
+    """Nothing was measured, so nothing is reported but why: the missing baseline, and the budget."""
+    plan = make_plan(tmp_path)
+    budget = SessionBudget(50.0, clock=LaunchClock(30.0), first_launches=[30.0], later_launches=[30.0])
+    measurer = FakeMeasurer(plan, [100.0] * 3)
+    gate = Gate(plan, Settings(repeats=3), measurer, StoredBaseline(plan.baseline_file), root=tmp_path,
+                nvml=lambda: (None, ""), budget=budget)
+    with pytest.raises(CaseSkipped, match=r"no baseline for hardware class k .* \(--perf-budget: w-c-cpu was not "
+                                          r"launched: its 2 launch\(es\) need about 60 s and 50 s"):
+        gate.check()
+    assert measurer.launches == 0 and gate.result.verdict == "no-baseline" and gate.result.metrics == []
+    assert gate.result.budget_stop.startswith("--perf-budget: w-c-cpu was not launched")
+
+
+def test_a_stale_baseline_the_runs_decided_stands_when_the_budget_stopped_a_launch(tmp_path):
+    gate, measurer, _ = budgeted(tmp_path, [150.0, 151.0, 150.0], minutes=1)
+    with pytest.warns(StaleBaselineWarning):
+        assert gate.check().verdict == "stale"
+    assert measurer.launches == 2 and measurer.result.budget_stop is None
+
+
+def test_a_launch_that_failed_says_nothing_of_what_the_next_cases_cost(tmp_path):
+    budget = SessionBudget(600.0, clock=LaunchClock(0.0))
+    case = budget.for_case("c", 3)
+
+    def timed_out():
+        raise CaseFailed("c: timeout in run 1")
+    with pytest.raises(CaseFailed):
+        case.timed(timed_out)
+    assert case.launches == budget.first_launches == []

@@ -11,7 +11,7 @@ from pace import launch_start_bound_s, most_past_a_bound_s, wait_until
 
 from conftest import leftover_processes
 from perfgate.launch.agents import ephemeral_range, free_port, port_share, until_an_exit
-from perfgate.launch.caches import cache_root
+from perfgate.launch.caches import DATA_DIR_ENV, data_cache_env
 from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.local import launch
 from perfgate.launch.spec import LaunchSpec
@@ -75,7 +75,7 @@ def test_successful_run_keeps_agent_and_rank_logs(tmp_path, no_leftovers):
     assert len(result.agent_logs) == 1
     assert "rank 0/2 sum 2" in result.agent_logs[0].read_text()
     # On this host, the data a workload generates is kept once per machine in perfgate's cache directory.
-    assert f"data in {cache_root() / 'data'}" in result.agent_logs[0].read_text()
+    assert f"data in {data_cache_env()[DATA_DIR_ENV]}" in result.agent_logs[0].read_text()
     assert sorted(p.parent.name for p in (tmp_path / "run" / "node0").glob("*/attempt_0/*/stdout.log")) == ["0", "1"]
 
 
@@ -366,8 +366,10 @@ def test_the_wait_between_polls_ends_when_an_agent_exits_not_at_the_next_poll():
         until_an_exit([stuck], 0.01)
         assert stuck.poll() is None
         quick.stdin.close()
+        began = time.monotonic()
         until_an_exit([quick, stuck], 600)
         assert quick.returncode == 0 and stuck.poll() is None
+        assert time.monotonic() - began < 300, "the wait ran on to its end after the agent had exited"
         until_an_exit([quick], 600)
     finally:
         stuck.kill()

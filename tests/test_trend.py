@@ -814,4 +814,4 @@ def test_the_budget_plans_a_case_from_its_newest_timed_session_in_the_history(tm
     database.record([dataclasses.replace(result(), per_run=[{"run": 0, "metrics": {}, "time_s": None}])], CONTEXT)
     database.record([dataclasses.replace(result(case="d-cpu"), per_run=timed[:1])], CONTEXT)
     database.close()
-    assert history.launch_costs() == {"first": 30.0, "later": 13.0}
+    assert history.launch_costs() == {"first": 30.0, "later": 14.0}

@@ -225,7 +225,7 @@ OPTIONS = (
            "flavours on the local launcher); what GPU flavours and the slurm and ssh launchers always do"),
     Option("--perf-budget", "budget", "the session's time limit in minutes, e.g. a CI job's timeout less its set-up: no "
            "launch starts that would end past it (at the longest its case's launches took, else its baseline's, else "
-           "the session's), a case whose planned launches do not fit is not started, and a verdict that wants more "
+           "its newest session's in --perf-history, else the session's longest), a case whose planned launches do not fit is not started, and a verdict that wants more "
            "launches gets them only where the cases still to come fit too; a case the budget stopped is 'unresolved', "
            "saying so (a failure under --fail-unresolved), never a silent pass (default: no limit)", minutes, None,
            "MINUTES"),

@@ -119,4 +119,3 @@ class BaselineUpdate:
                         "disturbed_runs": [{"run": r["run"], **{name: r["metrics"][name] for name in run.gated}}
                                            for r in measurement.runs if r["run"] in dropped]},
         )
-

@@ -239,8 +239,6 @@ class Gate:
             raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{planted}\n{details}\n"
                              f"{machine_speed(baseline, measurement)}baseline: {self.reference.where}\n"
                              f"command: {measurement.command}\nlogs kept in {plan.spec.workdir}")
-        if self.budget is not None and self.budget.stopped:
-            return self.out_of_budget(f"{planted}\n{details}")
         within_spread = any(row["outcome"] == "unresolved" for row in spread_rows)
         if within_spread or drop_rows:
             return self.left_unresolved(f"{planted}\n{details}", within_spread, bool(drop_rows))
@@ -255,6 +253,8 @@ class Gate:
             return result
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
+        if self.budget is not None and self.budget.stopped:
+            return self.out_of_budget(f"{planted}\n{details}")
         result.conclude("pass")
         faster = ({v.metric: machine_drop.speed_up_on(v.metric, then, now, self.settings.calibrate) for v in verdicts}
                   if self.weighs_machine else {})
@@ -329,8 +329,9 @@ class Gate:
         return self.say_unresolved(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
 
     def out_of_budget(self, details: str) -> Result:
-        """A verdict that --perf-budget stopped short of the launches it wanted: unresolved, with the budget as its
-        reason, since a pass on fewer runs than the verdict asked for would read as clean."""
+        """A pass that --perf-budget stopped short of the launches its verdict wanted: unresolved, with the budget as
+        its reason, since a pass on fewer runs than the verdict asked for would read as clean. A FAIL or a stale
+        baseline the runs it had decided stands, and so does a verdict another rule left unresolved, for its reason."""
         plan, stopped = self.plan, self.budget.stopped if self.budget else None
         self.result.budget_stop = stopped
         for row in self.result.metrics:
@@ -428,7 +429,7 @@ class Gate:
         self.result.metrics = [
             {"metric": name, "unit": self.gated.unit(name), "measured": measured[name], "verdict": "no-baseline",
              "run_values": measurement.values(name)}
-            for name in self.gated.measured(measurement)
+            for name in (self.gated.measured(measurement) if measurement.runs else [])
         ]
         message = (f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({self.reference.where} "
                    f"does not exist), so nothing was gated. Create it: pytest '{plan.test_id}' --update-baselines, "

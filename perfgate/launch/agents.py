@@ -144,8 +144,9 @@ def wait_for_agents(agents: Sequence[subprocess.Popen], spec: LaunchSpec, start:
 
 
 def until_an_exit(agents: Sequence[subprocess.Popen], seconds: float) -> None:
-    """Waits up to ``seconds``, but no longer than an agent still running takes to exit: a launch ends when its last
-    agent does, not up to a poll later (a quarter of a second of every launch, on average)."""
+    """Waits up to ``seconds``, but no longer than the first agent still running takes to exit (the loop around it
+    comes back for the others): a launch ends when its last agent does, not up to a poll later (a quarter of a second
+    of every launch, on average)."""
     running = [agent for agent in agents if agent.poll() is None]
     if not running:
         return

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
+from perfgate.launch.caches import ARTIFACTS_ENV
 from perfgate.launch.hardware import Hardware
 
 RUN_ID_ENV = "PERFGATE_RUN_ID"
@@ -55,10 +56,14 @@ class LaunchSpec:
 
     def for_reference(self, workdir: Path, *, checkout: Path | None = None, python: str | None = None) -> LaunchSpec:
         """The same launch for an A/B reference side, in ``workdir``: another revision's ``checkout`` first on
-        PYTHONPATH (its workloads and its perfgate), or this checkout under another ``python``."""
+        PYTHONPATH (its workloads and its perfgate), or this checkout under another ``python``. Its compiled artifacts
+        are its own: the two sides compile different code, and would each load what the other saved."""
+        env = dict(self.env)
+        if ARTIFACTS_ENV in env:
+            env[ARTIFACTS_ENV] += "-reference"
         if python is not None:
-            return dataclasses.replace(self, workdir=workdir, python=python)
-        env = {**self.env, "PYTHONPATH": os.pathsep.join([str(checkout), self.env["PYTHONPATH"]])}
+            return dataclasses.replace(self, workdir=workdir, python=python, env=env)
+        env["PYTHONPATH"] = os.pathsep.join([str(checkout), self.env["PYTHONPATH"]])
         return dataclasses.replace(self, workdir=workdir, env=env)
 
 

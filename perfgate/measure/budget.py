@@ -14,7 +14,6 @@ still to come (the plugin counts them); under pytest-xdist each worker plans for
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -96,11 +95,11 @@ class CaseBudget:
         if index == 0:
             costs = [self.cost(0), *[self.cost(1)] * (self.planned - 1)]
             if None in costs:
-                return left > 0 or self._stop(f"the session had used its {minutes(budget)} before {self.label} began")
+                return left > 0 or self._stop(f"the session had used its {budget_words(budget)} before {self.label} began")
             need = sum(costs)  # type: ignore[arg-type]
             return need <= left or self._stop(
                 f"{self.label} was not launched: its {self.planned} {self.look[1]} need about {need:.0f} s and "
-                f"{max(left, 0):.0f} s of the {minutes(budget)} were left")
+                f"{max(left, 0):.0f} s of the {budget_words(budget)} were left")
         need = self.cost(index) or 0.0
         reserve = self.reserve_s() if index >= self.planned else 0.0
         if need + reserve <= left:
@@ -108,31 +107,33 @@ class CaseBudget:
         beside = (f", beside the {reserve:.0f} s that the {self.cases_after} case(s) after it need"
                   if reserve else "")
         return self._stop(f"{self.label} stopped after {index} {self.look[1]}: {self.look[0]} {index + 1} needs about "
-                          f"{need:.0f} s{beside}, and {max(left, 0):.0f} s of the {minutes(budget)} were left")
+                          f"{need:.0f} s{beside}, and {max(left, 0):.0f} s of the {budget_words(budget)} were left")
 
     def timed(self, launch: Callable[[], None]) -> None:
-        """Runs one launch (or one A/B pair) and books what it took."""
+        """Runs one launch (or one A/B pair) and books what it took; a launch that failed (killed at its timeout, say)
+        ends its case and says nothing of what the next case's launches cost."""
         began = self.session.clock()
-        try:
-            launch()
-        finally:
-            took = self.session.clock() - began
-            self.launches.append(took)
-            (self.session.first_launches if len(self.launches) == 1 else self.session.later_launches).append(took)
+        launch()
+        took = self.session.clock() - began
+        self.launches.append(took)
+        (self.session.first_launches if len(self.launches) == 1 else self.session.later_launches).append(took)
 
     def _stop(self, why: str) -> bool:
         self.stopped = f"--perf-budget: {why}"
         return False
 
 
-def minutes(seconds: float) -> str:
+def budget_words(seconds: float) -> str:
     return f"{seconds / 60:g} min budget ({seconds:.0f} s)"
 
 
 def launch_costs(runs: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
     """What a case's launches cost, from their time accounting (Result.per_run): the first launch (which counts FLOPs
-    and runs benchy's phases) and the median of the later ones, in seconds; None without timed launches."""
-    totals = [run["time_s"]["total_s"] for run in runs if run.get("time_s")]
-    if not totals:
+    and runs benchy's phases) and the longest of the later ones, in seconds, as the session's own estimates take the
+    longest; either stands for the other where it alone was timed; None without timed launches."""
+    first = (runs[0].get("time_s") or {}).get("total_s") if runs else None
+    later = [run["time_s"]["total_s"] for run in runs[1:] if run.get("time_s")]
+    if first is None and not later:
         return None
-    return {"first": round(totals[0], 1), "later": round(statistics.median(totals[1:] or totals), 1)}
+    return {"first": round(first if first is not None else max(later), 1),
+            "later": round(max(later) if later else first, 1)}
