@@ -60,7 +60,11 @@ def test_a_reference_side_runs_its_checkout_first_on_the_path_or_this_checkout_u
     assert revision.env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "tree"),
                                                              *spec.env["PYTHONPATH"].split(os.pathsep)]
     other = spec.for_reference(tmp_path / "reference", checkout=tmp_path, python="/opt/py/bin/python")
-    assert (other.python, other.env, other.workdir) == ("/opt/py/bin/python", spec.env, tmp_path / "reference")
+    artifacts = spec.env["PERFGATE_COMPILE_ARTIFACTS"]
+    assert (other.python, other.workdir) == ("/opt/py/bin/python", tmp_path / "reference")
+    # Each side compiles its own code, so each keeps its own Mega-Cache file.
+    assert other.env == {**spec.env, "PERFGATE_COMPILE_ARTIFACTS": f"{artifacts}-reference"}
+    assert revision.env["PERFGATE_COMPILE_ARTIFACTS"] == f"{artifacts}-reference"
 
 
 def test_nodes_beyond_this_host_fail_and_a_case_bigger_than_the_host_is_skipped(tmp_path, monkeypatch):
