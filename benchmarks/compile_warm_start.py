@@ -58,7 +58,8 @@ def main() -> None:
     print(f"{args.case}: warm-up (compile) per launch, against the cold first launch's {cold:.1f} s")
     for name, launches in runs.items():
         for index, launch in enumerate(launches):
-            print(f"  {name:9} launch {index + 1}: warm-up {launch['warmup_s']:6.1f} s ({launch['warmup_s'] / cold:4.0%}), "
+            share = launch["warmup_s"] / cold
+            print(f"  {name:9} launch {index + 1}: warm-up {launch['warmup_s']:6.1f} s ({share:4.0%}), "
                   f"start-up {launch['startup_s']:5.1f} s, FX graph cache {launch['hits']} hit(s) "
                   f"{launch['misses']} miss(es) {launch['bypasses']} bypass(es), artifacts {launch['artifacts']}")
 

@@ -37,7 +37,7 @@ class SessionBudget:
         self.started = self.started or self.clock()
 
     def left_s(self) -> float:
-        return self.seconds - (self.clock() - self.started)
+        return self.seconds - self.used_s()
 
     def used_s(self) -> float:
         return self.clock() - self.started

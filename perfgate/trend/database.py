@@ -317,10 +317,14 @@ class ResultsDatabase:
         except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(self._why(exc)) from None
 
-    def records(self, case: str | None = None, hardware_class: str | None = None) -> dict[int, Result]:
-        """The whole records of the results (of ``case`` on ``hardware_class`` where given), by id, each read as its
-        schema version says; a row this perfgate cannot read is a DatabaseError that names it and why."""
+    def records(self, case: str | None = None, hardware_class: str | None = None,
+                newest: int | None = None) -> dict[int, Result]:
+        """The whole records of the results (of ``case`` on ``hardware_class`` where given; only the ``newest`` so
+        many where given), by id, each read as its schema version says; a row this perfgate cannot read is a
+        DatabaseError that names it and why."""
         query = sa.select(RESULTS.c.id, RESULTS.c.record)
+        if newest is not None:
+            query = query.order_by(RESULTS.c.id.desc()).limit(newest)
         if case is not None:
             query = query.where(RESULTS.c.case_id == case)
         if hardware_class is not None:

@@ -23,6 +23,9 @@ from perfgate.trend.database import DatabaseError, NoDatabase, Point, ResultsDat
 
 PLANT = "planted_fraction"
 """The metric that a result measured with a planted slowdown has."""
+NEWEST_COSTED = 20
+"""How many of a case's newest sessions --perf-budget's plan reads for the newest one with launch times: before every
+case, so not the whole history, whose records are each validated as they are read."""
 ACCEPTED = ("pass", "stale")
 """The outcomes of the values counted: those the gate let through. A regression that stays, FAILing or left
 unresolved session after session, must not become the sessions' mean and pass."""
@@ -62,7 +65,7 @@ class SessionHistory:
         except (NoDatabase, DatabaseError, OSError):
             return None
         try:
-            records = database.records(self.case, self.hardware_class)
+            records = database.records(self.case, self.hardware_class, newest=NEWEST_COSTED)
         except DatabaseError:
             return None
         finally:
