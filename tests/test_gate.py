@@ -141,6 +141,49 @@ def test_no_baseline_reports_the_measurement_and_skips_saying_how_to_create_one(
         checker.check()
 
 
+def test_a_baseline_measured_on_other_vector_extensions_does_not_judge_this_cpu(tmp_path):
+    """A class named by hand (--hardware-class) can hold a baseline of a host on avx2 alone; one with avx512_bf16 runs
+    other kernels (8x the bf16 throughput on one VM class, issue 71), so its runs are reported, never judged."""
+    plan = dataclasses.replace(make_plan(tmp_path), hardware=Hardware(
+        "AMD EPYC", 2, cpu_generation="family 25 model 17 avx2 avx512f avx512_bf16"))
+    store(plan)
+    stored = json.loads(plan.baseline_file.read_text())
+    stored["provenance"]["hardware"]["cpu_generation"] = "family 25 model 17 avx2"
+    plan.baseline_file.write_text(json.dumps(stored))
+    checker, measurer = gate(plan, [800.0, 810.0, 790.0])
+    with pytest.raises(CaseSkipped) as skipped:
+        checker.check()
+    assert str(skipped.value) == (
+        f"w-c-cpu: {plan.baseline_file} was measured on a CPU with avx2 kernels (family 25 model 17 avx2) and this "
+        "one runs avx512bf16 kernels (family 25 model 17 avx2 avx512f avx512_bf16), which torch and oneDNN pick by "
+        "the vector extensions, so its numbers do not judge this machine. Nothing was gated. Measure this machine's "
+        f"own: pytest 'suite.py::test[c-cpu]' --update-baselines --hardware-class {DETECTED}, then review and commit "
+        "the file.")
+    assert measurer.launches == 2 and measurer.result.verdict == "no-baseline"
+    stored["provenance"]["hardware"]["cpu_generation"] = "family 25 model 17 avx2 avx512f avx512_bf16"
+    plan.baseline_file.write_text(json.dumps(stored))
+    checker, _ = gate(plan, [100.0, 99.5, 100.5])
+    assert checker.check().verdict == "pass"
+
+
+def test_no_baseline_names_the_folder_this_processor_had_before_the_class_named_its_vector_extensions(tmp_path):
+    """A user's baselines measured before the tier was in the class sit under the older name: they are not read,
+    and the message says which folder to rename, and when."""
+    plan = make_plan(tmp_path)
+    tiered = tmp_path / "b" / "cpu-amd-epyc-f25m17-avx2-2c-n1" / "w-c-cpu.json"
+    plan = dataclasses.replace(plan, baseline_file=tiered, hardware_class="cpu-amd-epyc-f25m17-avx2-2c-n1",
+                               hardware=Hardware("AMD EPYC", 2, cpu_generation="family 25 model 17 avx2"))
+    older = tmp_path / "b" / "cpu-amd-epyc-f25m17-2c-n1" / "w-c-cpu.json"
+    store(dataclasses.replace(plan, baseline_file=older))
+    checker, _ = gate(plan, [100.0, 101.0])
+    with pytest.raises(CaseSkipped) as skipped:
+        checker.check()
+    assert str(skipped.value).endswith(
+        f"{older} is this processor's baseline from before the class named the CPU's vector extensions: where its "
+        "provenance's cpu_generation has this machine's (family 25 model 17 avx2), rename its folder to "
+        "cpu-amd-epyc-f25m17-avx2-2c-n1 (git mv) instead.")
+
+
 def test_another_workload_version_or_a_corrupt_file_fails_before_any_launch(tmp_path):
     plan = make_plan(tmp_path, version="2")
     store(plan, version="1")

@@ -32,9 +32,27 @@ def test_cpu_class_is_model_cores_and_nodes():
 def test_a_cpu_name_without_a_model_number_gets_family_and_model():
     generation = "family 26 model 2 avx2 avx512f avx512_bf16"
     vm = Hardware(cpu_model="AMD EPYC", cpu_cores=2, cpu_generation=generation)
-    assert hardware.hardware_class(vm, kind="cpu", per_node=2, nodes=1) == "cpu-amd-epyc-f26m2-2c-n1"
+    assert hardware.hardware_class(vm, kind="cpu", per_node=2, nodes=1) == "cpu-amd-epyc-f26m2-avx512bf16-2c-n1"
     named = Hardware(cpu_model="AMD EPYC 9B45 Processor", cpu_cores=2, cpu_generation=generation)
-    assert hardware.hardware_class(named, kind="cpu", per_node=2, nodes=1) == "cpu-amd-epyc-9b45-2c-n1"
+    assert hardware.hardware_class(named, kind="cpu", per_node=2, nodes=1) == "cpu-amd-epyc-9b45-avx512bf16-2c-n1"
+
+
+@pytest.mark.parametrize("flags, tier", [
+    ("avx2", "avx2"), ("avx2 avx512f", "avx512"), ("avx2 avx512f avx512_bf16", "avx512bf16"),
+    ("avx2 avx512f avx512_bf16 amx_bf16", "amx"), ("", "sse")])
+def test_one_processor_with_other_vector_extensions_is_another_class(flags, tier):
+    """A VM class's hosts differ in the kernels torch and oneDNN pick (issue 71): a baseline of one never judges
+    another, and the name perfgate used before the tier is still found (a user's folder from then)."""
+    vm = Hardware(cpu_model="AMD EPYC", cpu_cores=2, cpu_generation=f"family 25 model 17 {flags}".strip())
+    name = hardware.hardware_class(vm, kind="cpu", per_node=2, nodes=1)
+    assert name == f"cpu-amd-epyc-f25m17-{tier}-2c-n1"
+    assert hardware.without_vector_tier(name) == "cpu-amd-epyc-f25m17-2c-n1"
+
+
+def test_a_host_whose_vector_extensions_were_not_read_has_no_tier():
+    """Another architecture (an aarch64 /proc/cpuinfo has no x86 family) or no /proc/cpuinfo at all."""
+    assert hardware.vector_tier("") == ""
+    assert hardware.without_vector_tier("nvidia-h200-x1-n1") == "nvidia-h200-x1-n1"
 
 
 def test_cpu_flavour_on_a_gpu_host_is_classed_by_its_cpu():
@@ -92,3 +110,11 @@ def test_mixed_gpu_models_or_processors_are_an_error_that_names_the_nodes():
         hardware.common([h100("n1"), a100], "gpu")
     with pytest.raises(hardware.MixedNodesError, match=r"different processors \(n1: amd-epyc-9654, n2: amd-epyc-7763\)"):
         hardware.common([h100("n1"), a100], "cpu")
+
+
+def test_nodes_of_one_processor_with_other_vector_extensions_are_mixed():
+    """Two hosts of one VM class, one with avx512_bf16: their CPU flavour has no one class."""
+    old, new = (Hardware("AMD EPYC", 2, cpu_generation=f"family 25 model 17 {flags}", host=host)
+                for flags, host in (("avx2", "a"), ("avx2 avx512f avx512_bf16", "b")))
+    with pytest.raises(hardware.MixedNodesError, match=r"a: amd-epyc-f25m17-avx2, b: amd-epyc-f25m17-avx512bf16"):
+        hardware.common([old, new], "cpu")

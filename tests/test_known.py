@@ -74,6 +74,18 @@ def test_other_classes_baselines_compare_by_job_or_per_rank_and_skip_this_class(
         ("cpu-big-8c-n1", "per rank (2 vs 8 ranks)", 1.25), ("cpu-old-2c-n1", "job", 1.25)]
 
 
+def test_this_processors_baseline_on_other_vector_extensions_is_compared_and_named_so(tmp_path):
+    """A host of a VM class with avx512_bf16 has no baseline of its own; the class's avx2 baselines inform, and say
+    why they do not judge it (issue 71)."""
+    case = "openclip-amp_bf16-cpu"
+    measured_baseline(tmp_path, "cpu-amd-epyc-f25m17-avx2-2c-n1", case, 41.0, 2)
+    measured_baseline(tmp_path, "cpu-amd-epyc-f26m2-avx512bf16-2c-n1", case, 350.0, 2)
+    here = result(case, "cpu-amd-epyc-f25m17-avx512bf16-2c-n1", 2, samples_per_second=350.0)
+    assert [(r["against"], r["basis"]) for r in known.against_baselines(here, tmp_path)] == [
+        ("cpu-amd-epyc-f25m17-avx2-2c-n1", "job, this processor on other vector extensions"),
+        ("cpu-amd-epyc-f26m2-avx512bf16-2c-n1", "job")]
+
+
 def test_a_published_style_baseline_compares_its_time_when_the_job_is_the_same_size(tmp_path):
     path = tmp_path / "a100-x4-n8" / "mmoclip-vit-l-14-gpu.json"
     path.parent.mkdir()

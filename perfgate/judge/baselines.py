@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from perfgate.launch.hardware import vector_tier, without_vector_tier
 from perfgate.measure import stats
 
 SCHEMA = 1
@@ -90,6 +91,23 @@ class Baseline:
         if self.sessions:
             data["sessions"] = [session.to_json() for session in self.sessions]
         return data
+
+
+def other_kernels(baseline: Baseline, cpu_generation: str) -> str:
+    """Why a CPU baseline does not judge this host, "" where it may: it was measured with other vector extensions,
+    where torch and oneDNN run other kernels (a class named by hand, --hardware-class, can hold it)."""
+    theirs = (baseline.provenance.get("hardware") or {}).get("cpu_generation")
+    if not theirs or vector_tier(theirs) == vector_tier(cpu_generation):
+        return ""
+    return (f"was measured on a CPU with {vector_tier(theirs) or 'unread'} kernels ({theirs}) and this one runs "
+            f"{vector_tier(cpu_generation) or 'unread'} kernels ({cpu_generation or 'not read'}), which torch and "
+            "oneDNN pick by the vector extensions, so its numbers do not judge this machine")
+
+
+def named_before_the_tier(path: Path) -> Path | None:
+    """The file a CPU baseline had before the hardware class named the vector extensions, where one is there."""
+    older = path.parent.parent / without_vector_tier(path.parent.name) / path.name
+    return older if older != path and older.is_file() else None
 
 
 @dataclass(frozen=True)

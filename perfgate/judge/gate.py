@@ -164,8 +164,10 @@ class Gate:
             raise CaseFailed(f"{run.key}: {self.reference.where} was measured with workload version "
                              f"{baseline.workload_version}, the case is version {run.case.version}: the numbers "
                              "are not comparable. Re-measure: --update-baselines --force-baseline-update")
-        if baseline is None:
-            return self.no_baseline(self.measure_planned(min(settings.repeats, NO_BASELINE_RUNS)))
+        why_not = baselines.other_kernels(baseline, self.plan.hardware.cpu_generation) \
+            if baseline is not None and run.kind == "cpu" else ""
+        if baseline is None or why_not:
+            return self.no_baseline(self.measure_planned(min(settings.repeats, NO_BASELINE_RUNS)), why_not)
         measurement = self.measure_planned(settings.repeats, baseline.provenance.get("launch_s"))
         if not measurement.runs:
             return self.out_of_budget("")
@@ -422,8 +424,9 @@ class Gate:
         return {name: [metrics.calibrated(name, value, now, reference) for value in measurement.values(name)]
                 for name in baseline.metrics}
 
-    def no_baseline(self, measurement: Measurement) -> Result:
-        """Nothing to judge against: the measurement is reported, and the case skipped with how to create one."""
+    def no_baseline(self, measurement: Measurement, why_not: str = "") -> Result:
+        """Nothing to judge against (``why_not``: the baseline there is does not judge this machine): the measurement
+        is reported, and the case skipped with how to create one."""
         plan, measured = self.plan, measurement.medians()
         self.result.conclude("no-baseline")
         self.result.metrics = [
@@ -431,9 +434,20 @@ class Gate:
              "run_values": measurement.values(name)}
             for name in (self.gated.measured(measurement) if measurement.runs else [])
         ]
-        message = (f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({self.reference.where} "
-                   f"does not exist), so nothing was gated. Create it: pytest '{plan.test_id}' --update-baselines, "
-                   "then review and commit the file.")
+        if why_not:
+            message = (f"{plan.run.key}: {self.reference.where} {why_not}. Nothing was gated. Measure this machine's "
+                       f"own: pytest '{plan.test_id}' --update-baselines --hardware-class {plan.detected_class}, then "
+                       "review and commit the file.")
+        else:
+            message = (f"{plan.run.key}: no baseline for hardware class {plan.hardware_class} ({self.reference.where} "
+                       f"does not exist), so nothing was gated. Create it: pytest '{plan.test_id}' "
+                       "--update-baselines, then review and commit the file.")
+            older = baselines.named_before_the_tier(Path(self.reference.where))
+            if older is not None:
+                message += (f" {older} is this processor's baseline from before the class named the CPU's vector "
+                            f"extensions: where its provenance's cpu_generation has this machine's "
+                            f"({plan.hardware.cpu_generation}), rename its folder to {plan.hardware_class} (git mv) "
+                            "instead.")
         if self.budget is not None and self.budget.stopped:
             self.result.budget_stop = self.budget.stopped
             message += f" ({self.budget.stopped})"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from perfgate.judge import baselines
+from perfgate.launch.hardware import without_vector_tier
 from perfgate.measure.metrics import METRICS
 from perfgate.result import Result
 
@@ -112,13 +113,15 @@ def against_baselines(result: Result, baseline_dir: Path) -> list[dict[str, Any]
         if other is None:
             continue
         theirs = other.provenance.get("measured") or {}
+        kernels = ", this processor on other vector extensions" \
+            if without_vector_tier(other.hardware_class) == without_vector_tier(result.hardware_class) else ""
         if measured.get("samples_per_second") and theirs.get("samples_per_second_per_rank"):
             their_world = round(theirs["samples_per_second"] / theirs["samples_per_second_per_rank"])
             basis = _per_rank("samples_per_second", measured["samples_per_second"], theirs["samples_per_second"],
                               world, their_world)
             if basis:
                 rows.append(_row("baseline", other.hardware_class, "samples_per_second", *basis[:2], "samples/s",
-                                 basis[2], str(path)))
+                                 basis[2] + kernels, str(path)))
             continue
         hardware = other.provenance.get("hardware") or {}
         their_world = int(hardware.get("gpus_per_node") or 0) * int(hardware.get("nodes") or 0)
@@ -126,8 +129,8 @@ def against_baselines(result: Result, baseline_dir: Path) -> list[dict[str, Any]
             if measured.get(metric) and metric in METRICS:
                 basis = _per_rank(metric, measured[metric], ref.value, world, their_world)
                 if basis:
-                    rows.append(_row("baseline", other.hardware_class, metric, *basis[:2], ref.unit, basis[2],
-                                     str(path)))
+                    rows.append(_row("baseline", other.hardware_class, metric, *basis[:2], ref.unit,
+                                     basis[2] + kernels, str(path)))
     return rows
 
 

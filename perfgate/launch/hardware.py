@@ -2,8 +2,9 @@
 
 A hardware class names what a number can be compared across: GPU model x GPUs per node x nodes
 (``nvidia-a100-sxm4-40gb-x4-n8``), or on CPU the processor model, usable cores and nodes
-(``cpu-intel-xeon-platinum-8375c-2c-n1``; a VM's bare ``AMD EPYC`` gets its family and model,
-``cpu-amd-epyc-f26m2-2c-n1``). ``--hardware-class`` overrides the detected name.
+and its vector extensions, usable cores and nodes (``cpu-intel-xeon-platinum-8375c-avx512-2c-n1``; a VM's bare
+``AMD EPYC`` gets its family and model, ``cpu-amd-epyc-f26m2-avx512bf16-2c-n1``). ``--hardware-class`` overrides
+the detected name.
 """
 
 from __future__ import annotations
@@ -89,6 +90,13 @@ def cpu_model() -> str:
 VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 """The instruction-set extensions that move CPU training speed most (bf16 autocast ~10x with avx512_bf16)."""
 
+VECTOR_TIERS = (("amx_bf16", "amx"), ("avx512_bf16", "avx512bf16"), ("avx512f", "avx512"), ("avx2", "avx2"))
+"""Which kernels a CPU runs, highest first: torch picks its own by AVX2 or AVX512 (its CPU capability) and oneDNN
+its bf16 ones by avx512_bf16 or AMX. One processor name spans them: this week's host of a VM class with avx512_bf16
+ran bf16 training 8x as fast as last week's with avx2 alone (issue 71), so a class names its tier."""
+NO_VECTOR_TIER = "sse"
+"""An x86 host with none of them (torch's DEFAULT capability)."""
+
 
 def cpu_generation(cpuinfo: str) -> str:
     """``family 26 model 2 avx2 avx512f avx512_bf16`` from /proc/cpuinfo's first processor."""
@@ -140,6 +148,22 @@ def _read(path: str) -> str:
         return ""
 
 
+def vector_tier(generation: str) -> str:
+    """``avx512bf16`` for ``family 26 model 2 avx2 avx512f avx512_bf16`` (see VECTOR_TIERS); "" where no x86 family
+    was read (another architecture, or no /proc/cpuinfo)."""
+    flags = generation.split()
+    for flag, tier in VECTOR_TIERS:
+        if flag in flags:
+            return tier
+    return NO_VECTOR_TIER if generation.startswith("family ") else ""
+
+
+def without_vector_tier(hardware_class_name: str) -> str:
+    """The class name as perfgate named it before the tier: what a baseline folder measured then is called."""
+    tiers = "|".join([tier for _, tier in VECTOR_TIERS] + [NO_VECTOR_TIER])
+    return re.sub(rf"^(cpu-.*)-(?:{tiers})(-\d+c-n\d+)$", r"\1\2", hardware_class_name)
+
+
 def hardware_class(hardware: Hardware, *, kind: str, per_node: int, nodes: int) -> str:
     """The class of a run of ``kind`` (cpu or gpu) with ``per_node`` GPUs per node over ``nodes`` nodes."""
     if kind == "gpu":
@@ -148,13 +172,15 @@ def hardware_class(hardware: Hardware, *, kind: str, per_node: int, nodes: int) 
 
 
 def cpu_name(hardware: Hardware) -> str:
-    """The processor's slug; a model name without a model number (a VM's ``AMD EPYC``) gets the family and
-    model (``amd-epyc-f26m2``), since one such name spans generations that train at very different speeds."""
+    """The processor's slug and vector tier (``intel-xeon-platinum-8375c-avx512``); a model name without a model
+    number (a VM's ``AMD EPYC``) gets the family and model (``amd-epyc-f26m2-avx512bf16``), since one such name spans
+    generations that train at very different speeds."""
     name = slug(hardware.cpu_model)
     generation = re.match(r"family (\d+) model (\d+)", hardware.cpu_generation)
-    if generation is None or re.search(r"\d", name):
-        return name
-    return f"{name}-f{generation[1]}m{generation[2]}"
+    if generation is not None and not re.search(r"\d", name):
+        name = f"{name}-f{generation[1]}m{generation[2]}"
+    tier = vector_tier(hardware.cpu_generation)
+    return f"{name}-{tier}" if tier else name
 
 
 def git_commit(root: Path) -> str:
