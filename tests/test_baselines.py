@@ -75,6 +75,8 @@ def test_corrupt_file_is_an_error_naming_it_and_left_untouched(path):
          "session 1: 'medians' must map metrics to positive numbers"),
         (lambda d: d.update(sessions=[{"recorded_at": "t", "medians": {"m": 1.0}, "probe": "fast"}]),
          "session 1: 'probe' must be a positive number or null"),
+        (lambda d: d.update(sessions=[{"recorded_at": "t", "medians": {"m": 1.0}, "probes": {"probe_copy_gbps": -1}}]),
+         "session 1: 'probes' must map metrics to positive numbers"),
     ],
 )
 def test_invalid_content_is_an_error_naming_what_is_wrong(path, edit, message):
@@ -190,7 +192,8 @@ def test_runs_and_workload_version_round_trip(path):
 
 
 def test_stored_sessions_round_trip_oldest_first(path):
-    sessions = (StoredSession("2026-11-29T14:00:00+00:00", {"samples_per_second": 98.0}, 61.5, "abc"),
+    sessions = (StoredSession("2026-11-29T14:00:00+00:00", {"samples_per_second": 98.0}, 61.5, "abc",
+                              {"probe_matmul_gflops": 61.5, "probe_matmul_cpu_gflops": 70.2}),
                 StoredSession("2026-11-29T15:00:00+00:00", {"samples_per_second": 101.0, "total_time_secs": 10.2}))
     baseline = dataclasses.replace(sample(), sessions=sessions)
     baselines.write(path, baseline)

@@ -74,10 +74,11 @@ def test_a_single_spike_is_not_a_change_point():
     assert change_points(list(values)) == []
 
 
-def result(case="c-cpu", value=100.0, verdict="pass", workload_version="1", probe=None, metric_verdict=None):
+def result(case="c-cpu", value=100.0, verdict="pass", workload_version="1", probe=None, metric_verdict=None,
+           cpu_probe=None):
     return case_record(case, hardware_class="hw", verdict=verdict, world_size=2, workload_version=workload_version,
                   measured={"fastest_step_samples_per_second": value, "cpu_seconds_per_sample": 0.01, "mfu": None,
-                            "probe_matmul_gflops": probe},
+                            "probe_matmul_gflops": probe, "probe_matmul_cpu_gflops": cpu_probe},
                   metrics=[{"metric": "fastest_step_samples_per_second", "verdict": metric_verdict or verdict,
                             "baseline": 99.0, "change": value / 99 - 1}])
 
@@ -336,7 +337,8 @@ def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_f
     planted.measured["planted_fraction"] = 0.5
     paired = dataclasses.replace(result(value=55.0), reference={"revision": "HEAD"}, duet=True)
     for value in (97.0, 103.0, 99.0, 101.0, 100.0, 96.0):
-        database.record([result(value=value, probe=80.0), result(case="d-cpu", value=value)], CONTEXT)
+        database.record([result(value=value, probe=80.0, cpu_probe=90.0), result(case="d-cpu", value=value)],
+                        CONTEXT)
     database.record([result(value=88.0, verdict="FAIL", probe=78.0), planted, paired,
                      result(value=20.0, workload_version="2"), result(value=30.0, verdict="crashed"),
                      result(value=100.0, verdict="updated")], CONTEXT)
@@ -345,6 +347,8 @@ def test_store_sessions_keeps_each_unchanged_session_since_the_baseline_in_its_f
     stored = baselines.load(path).sessions
     assert [session.medians[metric] for session in stored] == [97.0, 103.0, 99.0, 101.0, 100.0, 96.0, 88.0]
     assert {(session.probe, session.commit) for session in stored} == {(80.0, "abc"), (78.0, "abc")}
+    assert [session.probes for session in stored] == [{"probe_matmul_gflops": 80.0, "probe_matmul_cpu_gflops": 90.0}] * 6 \
+        + [{"probe_matmul_gflops": 78.0}], "every probe reading a session has, the CPU-time one too"
     assert all(session.recorded_at.endswith("+00:00") for session in stored)
     shown = capsys.readouterr().out
     assert f"{path}: 7 session(s) stored, 7 of them new from {url}" in shown

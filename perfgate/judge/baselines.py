@@ -12,6 +12,7 @@ update only ever sees the old or the new file. A file that cannot be read is an 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -62,10 +63,16 @@ class StoredSession:
     medians: Mapping[str, float]
     probe: float | None = None
     commit: str | None = None
+    probes: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Every machine-speed reading of the session (metrics.MACHINE_PROBES): ``probe`` is the wall-clock matmul alone,
+    which beside two busy processes on 2 cores reads half what it does quiet, while the CPU-time ones do not."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"recorded_at": self.recorded_at, "commit": self.commit, "probe": self.probe,
+        data = {"recorded_at": self.recorded_at, "commit": self.commit, "probe": self.probe,
                 "medians": dict(sorted(self.medians.items()))}
+        if self.probes:
+            data["probes"] = dict(sorted(self.probes.items()))
+        return data
 
 
 @dataclass(frozen=True)
@@ -156,8 +163,8 @@ def _positive(value: Any) -> bool:
 
 
 def parse_sessions(raw: Any, where: str) -> tuple[StoredSession, ...]:
-    """The ``sessions`` field, a list of {recorded_at, medians, probe, commit}, oldest first (the gate reads the
-    newest)."""
+    """The ``sessions`` field, a list of {recorded_at, medians, probe, probes, commit}, oldest first (the gate reads
+    the newest)."""
     if not isinstance(raw, list):
         raise BaselineError(f"{where}: 'sessions' must be a list")
     sessions, times = [], []
@@ -166,8 +173,10 @@ def parse_sessions(raw: Any, where: str) -> tuple[StoredSession, ...]:
         if not isinstance(one, dict):
             raise BaselineError(f"{here} must be an object")
         medians = _field(one, "medians", dict, here)
-        if not all(_positive(value) for value in medians.values()):
-            raise BaselineError(f"{here}: 'medians' must map metrics to positive numbers")
+        probes = one.get("probes", {})
+        for name, values in (("medians", medians), ("probes", probes)):
+            if not isinstance(values, dict) or not all(_positive(value) for value in values.values()):
+                raise BaselineError(f"{here}: '{name}' must map metrics to positive numbers")
         probe, commit = one.get("probe"), one.get("commit")
         if probe is not None and not _positive(probe):
             raise BaselineError(f"{here}: 'probe' must be a positive number or null")
@@ -181,7 +190,8 @@ def parse_sessions(raw: Any, where: str) -> tuple[StoredSession, ...]:
         times.append(when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc))
         sessions.append(StoredSession(recorded_at,
                                       {name: float(value) for name, value in medians.items()},
-                                      None if probe is None else float(probe), commit))
+                                      None if probe is None else float(probe), commit,
+                                      {name: float(value) for name, value in probes.items()}))
     return tuple(session for _, session in sorted(zip(times, sessions), key=lambda pair: pair[0]))
 
 

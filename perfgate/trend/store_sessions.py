@@ -26,7 +26,7 @@ from typing import Sequence
 from perfgate.judge import baselines, session_spread
 from perfgate.judge.baselines import Baseline, StoredSession
 from perfgate.judge.session_spread import MAX_SESSIONS
-from perfgate.measure.metrics import CALIBRATION_PROBE
+from perfgate.measure.metrics import CALIBRATION_PROBE, MACHINE_PROBES
 from perfgate.report.terminal import table
 from perfgate.trend.command import add_history_option
 from perfgate.trend.database import DatabaseError, Point, ResultsDatabase
@@ -53,9 +53,10 @@ class NothingToStore(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfgate store-sessions",
-        description="Keep each case's unchanged sessions from the results history (their medians and machine-speed "
-        "probe) in its baseline file, so that a clone with no history judges the stored baseline with how far the "
-        "case moves between sessions on that hardware class. Every judged session counts, a FAIL too: run it over "
+        description="Keep each case's unchanged sessions from the results history (their medians and every "
+        "machine-speed probe reading) in its baseline file, so that a clone with no history judges the stored "
+        "baseline with how far the case moves between sessions on that hardware class. Every judged session counts, a "
+        "FAIL too: run it over "
         "sessions of the code the baseline measured, review the sessions it lists and the files (git diff), and "
         "commit them. --update-baselines drops them again.")
     parser.add_argument("cases", nargs="*", metavar="CASE", help="case ids or globs (default: every case)")
@@ -153,8 +154,9 @@ def unchanged_sessions(points: Sequence[Point], baseline: Baseline, paired: set[
         recorded = utc(first.recorded_at)
         if (medians and first.workload_version == baseline.workload_version and first.result_id not in paired
                 and first.verdict in JUDGED and not by_metric.get(PLANT) and recorded >= start):
+            probes = {name: by_metric[name] for clock in MACHINE_PROBES.values() for name in clock if name in by_metric}
             sessions.append((StoredSession(recorded.isoformat(), medians, by_metric.get(CALIBRATION_PROBE),
-                                           first.commit), first.verdict))
+                                           first.commit, probes), first.verdict))
     return sorted(sessions, key=lambda pair: pair[0].recorded_at)
 
 
