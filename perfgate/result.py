@@ -58,6 +58,8 @@ class RunRow(TypedDict, total=False):
     __pydantic_config__ = ROW
     run: int
     metrics: dict[str, Union[int, float, None]]
+    windows: list[dict[str, float]]
+    """The measured window's consecutive parts, each with the metrics a part has on its own (metrics.WINDOWED)."""
     step_times_s: list[float]
     data_times_s: list[Optional[float]]
     time_s: Optional[dict[str, Optional[float]]]

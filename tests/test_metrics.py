@@ -21,6 +21,20 @@ def test_throughput_excludes_warmup_and_uses_window_wall_time():
     assert metrics.measured_steps == 3
 
 
+def test_the_window_splits_into_consecutive_windows_whose_times_add_up_to_it():
+    """9 measured steps in 4 windows: 2, 2, 2 and the 3 left, each with its own rates; the warm-up stays out."""
+    records = run([9.0, 9.0, 1.0, 1.0, 2.0, 2.0, 1.0, 4.0, 1.0, 1.0, 2.0])
+    parts = metrics.windows(records, warmup=2, world_size=2, count=4)
+    assert [part["samples_per_second"] for part in parts] == pytest.approx([64.0, 32.0, 128 / 5, 3 * 64 / 4.0])
+    assert [part["fastest_step_samples_per_second"] for part in parts] == [64.0, 32.0, 64.0, 64.0]
+    whole = compute(records, warmup=2, world_size=2)
+    assert sum(64 * (2 if i < 3 else 3) / part["samples_per_second"] for i, part in enumerate(parts)) \
+        == pytest.approx(whole.window_s)
+    assert "cpu_seconds_per_sample" not in parts[0], "steps with no CPU time give no CPU clock"
+    assert metrics.windows(records, warmup=2, world_size=2, count=5) == [], "fewer than 2 steps a window"
+    assert metrics.windows(records, warmup=2, world_size=2, count=1) == []
+
+
 def test_total_time_is_the_mmoclip_definition_every_step_but_the_first():
     assert compute(run([100.0, 2.0, 3.0]), warmup=0).total_time_secs == pytest.approx(5.0)
 

@@ -254,6 +254,8 @@ def planted_session_against_a_fresh_baseline(suite):
     assert all(run["metrics"]["flops_per_sample"] == first["metrics"]["flops_per_sample"] > 0 for run in later)
     assert all(run["time_s"]["window_s"] > 0 and run["time_s"]["startup_s"] > 0 and run["time_s"]["teardown_s"] >= 0
                for run in result["per_run"])
+    assert all(len(run["windows"]) == 4 and all(part["cpu_seconds_per_sample"] > 0 for part in run["windows"])
+               for run in result["per_run"]), "each launch's 10 measured steps in 4 windows, on both clocks"
     assert json.loads(baseline_file(suite, "unet3d-noise").read_text()) == stored
 
 

@@ -53,6 +53,9 @@ class Flavour:
     args: Mapping[str, Any]
     steps: int | None = 40
     warmup: int = 5
+    windows: int = 4
+    """How many consecutive windows each launch's measured steps are split into (at least 2 steps each): the verdict's
+    model reads them as the level below the launch."""
     ranks_per_node: int | None = None
     """Ranks per node; None means 2 on CPU and one per visible GPU on GPU."""
     tolerance: float | None = None

@@ -198,6 +198,7 @@ class Measurer:
         run = {
             "run": index,
             "metrics": measured,
+            "windows": metrics.windows(records, plan.warmup, plan.world_size, plan.run.flavour.windows),
             "step_times_s": [s.step_s for s in records.steps],
             "data_times_s": [s.data_s for s in records.steps],
             "time_s": metrics.time_accounting(records, plan.warmup, launched_at, finished_at),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
 from perfgate.measure import flops
@@ -228,6 +228,28 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         **cpu_clock(window, world),
         instructions_per_sample=instructions_per_sample(window, world),
     )
+
+
+WINDOWED = ("samples_per_second", "steady_samples_per_second", "fastest_step_samples_per_second",
+            "cpu_seconds_per_sample", "least_step_cpu_seconds_per_sample", "instructions_per_sample")
+"""The metrics a window of a launch has on its own: the verdict's model reads a launch's windows as its lowest level
+(judge/model.py), so it can tell the spread within a launch from the spread between launches."""
+
+
+def windows(records: RunRecords, warmup: int, world_size: int | None, count: int) -> list[dict[str, float]]:
+    """The measured window split into ``count`` consecutive windows of whole steps (the last takes what is left, so
+    their times add up to the window's), each with its WINDOWED metrics; none where there are fewer steps than
+    two per window."""
+    steps = records.steps[warmup:]
+    size = len(steps) // count if count > 1 else 0
+    if size < 2:
+        return []
+    parts = [steps[i * size:(i + 1) * size] for i in range(count - 1)] + [steps[(count - 1) * size:]]
+    found = []
+    for part in parts:
+        measured = compute(replace(records, steps=part, probe=None), 0, world_size).as_dict()
+        found.append({name: measured[name] for name in WINDOWED if measured[name] is not None})
+    return found
 
 
 def cpu_clock(window: Sequence[StepRecord], world: int) -> dict[str, float | None]:

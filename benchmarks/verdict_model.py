@@ -1,0 +1,177 @@
+"""How the verdict's model (perfgate/judge/model.py) judges the sessions committed with the baselines, each left out
+in turn, unchanged and with a slowdown of 5, 10 and 20 % added to it; or (--priors) the prior it fits from them.
+
+    python benchmarks/verdict_model.py
+    python benchmarks/verdict_model.py --priors
+
+A session stored in a baseline file is its gated metrics' medians and its probe readings, not its launches: it is
+replayed as NOMINAL_LAUNCHES launches at its median, whose spread the baseline's launches give. Each is judged
+against the baseline's launches and the file's other sessions (leave one out), with the flavour's tolerances as
+the effect sizes and a Bonferroni correction over the file's gated metrics. A case-session FAILs where a metric does;
+else it is unresolved where one is, else stale where one is, else a pass. Prints, per hardware class: the
+unchanged case-sessions and their verdicts, the plants caught per size, the median figure the model states
+("catches"), and how many plants at or above the figure their session stated FAILed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+from detection_power import RecordedVerdict  # noqa: E402
+from stored_sessions import figure  # noqa: E402
+
+from perfgate.config.cases import CPU_TOLERANCE_FLOOR  # noqa: E402
+from perfgate.judge import baselines, machine_drop, model, session_spread  # noqa: E402
+from perfgate.judge.gate import machine_rules  # noqa: E402
+from perfgate.measure import stats  # noqa: E402
+from perfgate.measure.metrics import METRICS  # noqa: E402
+
+PLANTS = (0.05, 0.10, 0.20)
+TOLERANCES = {"wall": CPU_TOLERANCE_FLOOR, "cpu": 0.05}
+"""A CPU flavour's default least tolerances (config/cases.py): the effect size each clock's metrics must exceed."""
+ORDER = ("FAIL", "unresolved", "stale", "pass")
+
+
+def case_verdict(verdicts: list[str]) -> str:
+    return next(verdict for verdict in ORDER if verdict in verdicts)
+
+
+def files(baseline_dir: Path) -> list[baselines.Baseline]:
+    """The CPU baselines that store sessions."""
+    found = []
+    for path in sorted(baseline_dir.glob("cpu-*/*.json")):
+        baseline = baselines.load(path)
+        if baseline is not None and len(baseline.sessions) >= 2:
+            found.append(baseline)
+    return found
+
+
+def sessions(baseline: baselines.Baseline, metric: str) -> tuple[model.Session, list[model.Session]]:
+    """The baseline's own session and its stored ones, for ``metric``."""
+    better = METRICS[metric].better
+    measured = baseline.provenance.get("measured", {})
+    own = model.session_of(baseline.metrics[metric].runs, better, {k: measured.get(k) for k in model.PROBES})
+    stored = [model.stored_session(s.medians[metric], better, probes(s)) for s in baseline.sessions]
+    return own, stored
+
+
+def probes(session: baselines.StoredSession) -> dict[str, float]:
+    return dict(session.probes) or {model.WALL_MATMUL: session.probe}
+
+
+def launches(reference: baselines.MetricBaseline, median: float, planted: float) -> list[float]:
+    """A stored session's launches: its median with the spread of the baseline's first NOMINAL_LAUNCHES launches
+    about theirs, slowed by ``planted``."""
+    centre = statistics.median(reference.runs)
+    slowed = median * (1 + planted) if reference.better == "lower" else median / (1 + planted)
+    return [slowed * run / centre for run in reference.runs[:model.NOMINAL_LAUNCHES]]
+
+
+def by_the_model(baseline: baselines.Baseline, left_out: int, planted: float) -> tuple[str, float]:
+    """The case-session's verdict, session ``left_out`` of the file judged with ``planted`` added, and the least
+    figure its metrics state."""
+    verdicts, figures = [], []
+    session = baseline.sessions[left_out]
+    for metric, reference in baseline.metrics.items():
+        own, stored = sessions(baseline, metric)
+        this = model.session_of(launches(reference, session.medians[metric], planted), reference.better,
+                                probes(session))
+        clock = METRICS[metric].clock
+        effect = model.estimate(this, own, stored[:left_out] + stored[left_out + 1:], clock=clock, kind="cpu",
+                                tolerance=TOLERANCES[clock], metrics=len(baseline.metrics))
+        verdicts.append(effect.verdict)
+        figures.append(effect.catchable)
+    return case_verdict(verdicts), min(figures)
+
+
+def by_todays_rules(baseline: baselines.Baseline, left_out: int, planted: float) -> tuple[str, float | None]:
+    """The same case-session judged by the rules of judge/ at this commit: its launches against the baseline's,
+    then the other sessions' spread and the probe's rules (gate.machine_rules), as a clone whose baseline file stores
+    them judges it; settled at the launches it has (a rule that asked for more cannot be replayed)."""
+    session, measured = baseline.sessions[left_out], baseline.provenance.get("measured", {})
+    verdicts, raw = [], []
+    for metric, reference in baseline.metrics.items():
+        comparison = stats.compare_runs(reference.runs, launches(reference, session.medians[metric], planted))
+        decision = stats.decide(comparison, reference.better, reference.tolerance)
+        verdicts.append(RecordedVerdict(metric, comparison.change, reference.better, reference.tolerance,
+                                        reference.value, decision.outcome, comparison))
+        raw.append(stats.settle(decision).outcome)
+    others = baseline.sessions[:left_out] + baseline.sessions[left_out + 1:]
+    now = probes(session)
+    spreads = session_spread.stored_judging(others, list(baseline.metrics), session.probe, "the other sessions")
+    outcomes, rows, _ = machine_rules(spreads, verdicts, raw, machine_drop.probe_drop(measured, now, "wall"),
+                                      machine_drop.probe_drop(measured, now, "cpu"),
+                                      machine_drop.turns_taken(measured, now), cpu_flavour=True)
+    return case_verdict(outcomes), figure(rows)
+
+
+JUDGES = {"model": by_the_model, "today's rules": by_todays_rules}
+
+
+def replay(baseline_dir: Path) -> None:
+    tallies: dict[tuple[str, str], dict] = defaultdict(lambda: {"unchanged": Counter(), "plants": defaultdict(Counter),
+                                                                "figures": [], "promised": Counter()})
+    for baseline in files(baseline_dir):
+        for name, judge in JUDGES.items():
+            tally = tallies[baseline.hardware_class, name]
+            for left_out in range(len(baseline.sessions)):
+                verdict, stated = judge(baseline, left_out, 0.0)
+                tally["unchanged"][verdict] += 1
+                if stated is not None:
+                    tally["figures"].append(stated)
+                for size in PLANTS:
+                    caught, _ = judge(baseline, left_out, size)
+                    tally["plants"][size][caught] += 1
+                    if stated is not None and size >= stated:
+                        tally["promised"][caught] += 1
+    print("| hardware class | judged by | unchanged case-sessions | FAIL (false) | unresolved | stale | pass | "
+          + " | ".join(f"{size:.0%} plants FAIL" for size in PLANTS) + " | catches (median) | plants at or above "
+          "the figure: FAIL |")
+    print("|---" * (9 + len(PLANTS)) + "|")
+    for (hardware_class, name), tally in sorted(tallies.items()):
+        unchanged, total = tally["unchanged"], sum(tally["unchanged"].values())
+        plants = [f"{tally['plants'][size]['FAIL']} of {sum(tally['plants'][size].values())}" for size in PLANTS]
+        promised, stated = tally["promised"], tally["figures"]
+        print(f"| {hardware_class} | {name} | {total} | {unchanged['FAIL']} ({unchanged['FAIL'] / total:.1%}) | "
+              f"{unchanged['unresolved']} | {unchanged['stale']} | {unchanged['pass']} | {' | '.join(plants)} | "
+              f"{f'{statistics.median(stated):.1%}' if stated else '-'} | {promised['FAIL']} of "
+              f"{sum(promised.values())} |")
+
+
+def priors(baseline_dir: Path) -> None:
+    """Per clock, over the files' metrics: the between-session spread left once the wall-clock matmul explains what it
+    can, and the slope on it, as the median over the files, with the slopes' spread as its uncertainty."""
+    fitted: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for baseline in files(baseline_dir):
+        for metric in baseline.metrics:
+            own, stored = sessions(baseline, metric)
+            if len(stored) < 5:
+                continue
+            effect = model.estimate(stored[-1], own, stored[:-1], clock=METRICS[metric].clock, kind="cpu",
+                                    tolerance=0.05)
+            if effect.covariates == model.FALLBACK:
+                fitted[METRICS[metric].clock].append((effect.components.between_sessions ** 0.5, effect.slopes[0]))
+    for clock, found in sorted(fitted.items()):
+        taus, slopes = zip(*found)
+        print(f'("cpu", "{clock}"): Prior(tau={statistics.median(taus):.3f}, slope={statistics.median(slopes):.2f}, '
+              f"slope_sd={statistics.stdev(slopes):.2f}),  # {len(found)} case files")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline-dir", type=Path, default=REPO / "baselines")
+    parser.add_argument("--priors", action="store_true", help="print the CPU priors fitted from the stored sessions")
+    args = parser.parse_args()
+    (priors if args.priors else replay)(args.baseline_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

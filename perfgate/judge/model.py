@@ -1,0 +1,259 @@
+"""One model of a gated metric across sessions, launches and windows, with the machine's speed as a covariate.
+
+    y = level + effect x [this session] + beta . x_session + u_session + v_launch + e_window
+
+``y`` is the log of a value, oriented so that positive is worse; ``x`` the machine-speed probe's readings as logs
+against the baseline's (COVARIATES says which move which clock); ``u``, ``v`` and ``e`` are the between-session,
+between-launch and between-window variations, with variances tau^2, sigma_l^2 and sigma_w^2 (issue 71).
+
+Estimated in closed form, each step citable:
+- sigma_l^2 and sigma_w^2 by the method of moments for nested random effects (Searle, Casella & McCulloch,
+  "Variance Components", 1992, ch. 3; the multi-level estimator of Kalibera & Jones, "Rigorous benchmarking in
+  reasonable time", 2013), pooled over the sessions whose launches are at hand (the baseline's and this one);
+- level, beta and tau^2 by least squares over the session means (the baseline's and the stored sessions'), the
+  residual variance less what the launches within a session contribute;
+- with too few sessions for that, a prior per flavour and clock (PRIORS), fitted from the committed sessions.
+
+The effect's interval, each side at alpha / m for m gated metrics (Bonferroni), is set against the tolerance, an
+effect size: FAIL where it lies above it, stale where it lies below its negative, pass where it lies below it, and
+unresolved while it straddles it and more launches could still decide it (Effect.verdict). The same variance says
+which slowdown this session could catch, and every verdict states it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from perfgate.measure.metrics import MACHINE_PROBES
+
+PROBES = tuple(name for clock in MACHINE_PROBES.values() for name in clock)
+WALL_MATMUL = "probe_matmul_gflops"
+NEIGHBOUR_TURNS = "neighbour_turns"
+"""The matmul probe's wall time over its CPU time: how much of the cores a neighbour took while it ran."""
+COVARIATES = {"wall": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps", NEIGHBOUR_TURNS),
+              "cpu": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps")}
+"""Which readings move a metric of each clock, where every session has them. Sessions stored before the CPU-time
+readings were kept have the wall-clock matmul alone, which then stands in for all of them (FALLBACK)."""
+FALLBACK = (WALL_MATMUL,)
+NOMINAL_LAUNCHES = 3
+"""The launches behind a stored session's median, which the file does not record (make perf's default)."""
+POWER = 0.9
+"""The chance with which the stated figure is caught."""
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What a clone with no sessions assumes: the between-session spread (log sd) and how the metric moves with the
+    wall-clock matmul (slope per log of its ratio, and its uncertainty)."""
+
+    tau: float
+    slope: float
+    slope_sd: float
+
+
+PRIORS = {
+    ("cpu", "wall"): Prior(tau=0.060, slope=-0.60, slope_sd=0.25),
+    ("cpu", "cpu"): Prior(tau=0.045, slope=-0.15, slope_sd=0.25),
+    ("gpu", "wall"): Prior(tau=0.010, slope=0.0, slope_sd=0.05),
+    ("gpu", "cpu"): Prior(tau=0.030, slope=0.0, slope_sd=0.25),
+}
+"""Fitted from the sessions committed in baselines/ by ``python benchmarks/verdict_model.py --priors`` (CPU); a
+GPU flavour's between-session spread is tight by assumption until GPU sessions are stored (issue 71)."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """One session of the case: per launch, its windows' oriented log values (one each where a launch was not split),
+    and its machine-speed probe's readings."""
+
+    launches: tuple[tuple[float, ...], ...]
+    probes: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean([np.mean(windows) for windows in self.launches]))
+
+
+def oriented(value: float, better: str) -> float:
+    """The log of ``value``, positive where worse."""
+    return math.log(value) if better == "lower" else -math.log(value)
+
+
+def session_of(runs: Sequence[Sequence[float]] | Sequence[float], better: str,
+               probes: Mapping[str, float | None]) -> Session:
+    """A session from its launches' values (each a number, or its windows' numbers) and its probe readings."""
+    launches = tuple(tuple(oriented(v, better) for v in (run if isinstance(run, (list, tuple)) else [run]))
+                     for run in runs)
+    return Session(launches, {name: value for name, value in probes.items() if value})
+
+
+def stored_session(median: float, better: str, probes: Mapping[str, float | None]) -> Session:
+    """A session known by its median alone (a baseline file's stored sessions), as NOMINAL_LAUNCHES equal launches."""
+    return session_of([median] * NOMINAL_LAUNCHES, better, probes)
+
+
+@dataclass(frozen=True)
+class Components:
+    """Variance components on the log scale."""
+
+    between_sessions: float
+    between_launches: float
+    between_windows: float
+
+
+def within_session(sessions: Sequence[Session]) -> tuple[float, float]:
+    """sigma_l^2 and sigma_w^2 by the nested method of moments, pooled over ``sessions``: the windows' mean square
+    within launches, and the launches' mean square less it, over the launches' effective window count."""
+    ss_windows = df_windows = ss_launches = df_launches = weighted_n0 = 0.0
+    for session in sessions:
+        sizes = [len(windows) for windows in session.launches]
+        total = sum(sizes)
+        means = [float(np.mean(windows)) for windows in session.launches]
+        grand = float(np.average(means, weights=sizes))
+        ss_windows += sum(float(np.sum((np.asarray(w) - m) ** 2)) for w, m in zip(session.launches, means))
+        df_windows += total - len(sizes)
+        if len(sizes) > 1:
+            ss_launches += sum(n * (m - grand) ** 2 for n, m in zip(sizes, means))
+            df_launches += len(sizes) - 1
+            weighted_n0 += (total - sum(n * n for n in sizes) / total)
+    windows = ss_windows / df_windows if df_windows else 0.0
+    if not df_launches:
+        return 0.0, windows
+    n0 = weighted_n0 / df_launches
+    return max(0.0, (ss_launches / df_launches - windows) / n0), windows
+
+
+def covariates(sessions: Sequence[Session], clock: str) -> tuple[str, ...]:
+    """The readings of COVARIATES[clock] that every session has, else the wall-clock matmul where all have that."""
+    def has(session: Session, name: str) -> bool:
+        if name == NEIGHBOUR_TURNS:
+            return WALL_MATMUL in session.probes and "probe_matmul_cpu_gflops" in session.probes
+        return name in session.probes
+
+    chosen = tuple(name for name in COVARIATES[clock] if all(has(s, name) for s in sessions))
+    if chosen:
+        return chosen
+    return FALLBACK if all(has(s, WALL_MATMUL) for s in sessions) else ()
+
+
+def reading(session: Session, name: str) -> float:
+    if name == NEIGHBOUR_TURNS:
+        return session.probes["probe_matmul_cpu_gflops"] / session.probes[WALL_MATMUL]
+    return session.probes[name]
+
+
+def design(sessions: Sequence[Session], reference: Session, names: Sequence[str]) -> np.ndarray:
+    """Each session's row: 1 and its readings as logs against the baseline's (``reference``)."""
+    return np.array([[1.0] + [math.log(reading(s, n) / reading(reference, n)) for n in names] for s in sessions])
+
+
+@dataclass(frozen=True)
+class Effect:
+    """This session's code effect on one metric (oriented log), its standard error and what it rests on."""
+
+    estimate: float
+    se: float
+    quantile: float
+    """Each side's distance in standard errors, at alpha / m (Student's t, or the normal's under the prior)."""
+    tolerance: float
+    """The effect size that matters, as a relative change."""
+    components: Components
+    covariates: tuple[str, ...]
+    slopes: tuple[float, ...]
+    basis: str
+    """"N sessions" where fitted, or "the prior" where there were too few."""
+    launches: int
+    windows: float
+    prediction_var: float
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """As relative changes (+0.05: 5 % worse)."""
+        return (math.expm1(self.estimate - self.quantile * self.se), math.expm1(self.estimate + self.quantile * self.se))
+
+    @property
+    def change(self) -> float:
+        return math.expm1(self.estimate)
+
+    @property
+    def verdict(self) -> str:
+        """FAIL or stale where the interval lies beyond the tolerance; pass where it lies below it, or where it would
+        straddle it however many launches were added (the spread between sessions keeps it wide: the figure says what
+        such a pass can catch); unresolved where more launches could still decide it."""
+        low, high = self.interval
+        if low > self.tolerance:
+            return "FAIL"
+        if high < -self.tolerance:
+            return "stale"
+        if high <= self.tolerance or self.undecidable:
+            return "pass"
+        return "unresolved"
+
+    @property
+    def undecidable(self) -> bool:
+        """Whether the interval would straddle the tolerance with only the session's own spread and the prediction's
+        left in it."""
+        margin = self.quantile * math.sqrt(self.components.between_sessions + self.prediction_var)
+        return abs(self.estimate - math.log1p(self.tolerance)) <= margin
+
+    @property
+    def catchable(self) -> float:
+        """The slowdown that FAILs with probability POWER in a session measured as this one was."""
+        z_power = float(scipy_stats.norm.ppf(POWER))
+        return math.expm1(math.log1p(self.tolerance) + (self.quantile + z_power) * self.se)
+
+    def se_after(self, launches: int = 0, windows: int = 0) -> float:
+        """The standard error with ``launches`` more launches (of the same windows) or ``windows`` more per launch:
+        what more measuring can still buy, since tau^2 and the prediction's share stay."""
+        c = self.components
+        n, w = self.launches + launches, self.windows + windows
+        return math.sqrt(c.between_sessions + self.prediction_var + c.between_launches / n
+                         + c.between_windows / (n * w))
+
+    def describe(self) -> str:
+        low, high = self.interval
+        return (f"{self.change:+.1%} (interval {low:+.1%} to {high:+.1%}, tolerance {self.tolerance:.1%}; from "
+                f"{self.basis}; catches {self.catchable:.0%})")
+
+
+def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clock: str, kind: str,
+             tolerance: float, metrics: int = 1, alpha: float = ALPHA) -> Effect:
+    """This session's effect against the baseline's session and the stored ones, each with its probe readings."""
+    launch_var, window_var = within_session([baseline, this])
+    windows = float(np.mean([len(w) for w in this.launches]))
+    n = len(this.launches)
+    sessions = [baseline, *stored]
+    names = covariates([*sessions, this], clock)
+    one_side = alpha / metrics
+    in_session = launch_var / NOMINAL_LAUNCHES + window_var / (NOMINAL_LAUNCHES * windows)
+    if len(sessions) >= len(names) + 4:
+        x = design(sessions, baseline, names)
+        y = np.array([s.mean for s in sessions])
+        fitted, _, _, _ = np.linalg.lstsq(x, y, rcond=None)
+        dof = len(sessions) - x.shape[1]
+        residual = float(np.sum((y - x @ fitted) ** 2)) / dof
+        tau2 = max(0.0, residual - in_session)
+        row = design([this], baseline, names)[0]
+        prediction_var = residual * float(row @ np.linalg.pinv(x.T @ x) @ row)
+        predicted = float(row @ fitted)
+        quantile = float(scipy_stats.t.ppf(1 - one_side, dof))
+        slopes, basis = tuple(float(b) for b in fitted[1:]), f"{len(sessions)} sessions"
+    else:
+        prior = PRIORS[kind, clock]
+        names = FALLBACK if all(WALL_MATMUL in s.probes for s in (baseline, this)) else ()
+        x_this = math.log(reading(this, WALL_MATMUL) / reading(baseline, WALL_MATMUL)) if names else 0.0
+        tau2 = prior.tau ** 2
+        predicted = baseline.mean + prior.slope * x_this
+        prediction_var = tau2 + launch_var / len(baseline.launches) + (x_this * prior.slope_sd) ** 2
+        quantile = float(scipy_stats.norm.ppf(1 - one_side))
+        slopes, basis = (prior.slope,) if names else (), "the prior"
+    components = Components(tau2, launch_var, window_var)
+    se = math.sqrt(tau2 + prediction_var + launch_var / n + window_var / (n * windows))
+    return Effect(this.mean - predicted, se, quantile, tolerance, components, names, slopes, basis, n, windows,
+                  prediction_var)

@@ -1,0 +1,144 @@
+"""The verdict's model on simulated sessions whose truth is known: variance components, the machine's slope, the
+effect and its interval, the prior, the decision rule's edges and the message."""
+
+import math
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("scipy", reason="the verdict's model uses scipy's quantiles: perfgate[trend]")
+
+from perfgate.judge import model  # noqa: E402
+from perfgate.judge.model import Components, Effect, Session  # noqa: E402
+
+MATMUL_CPU, COPY_CPU, MATMUL = "probe_matmul_cpu_gflops", "probe_copy_cpu_gbps", "probe_matmul_gflops"
+
+
+def simulate(rng, *, launches=3, windows=4, tau=0.05, sigma_l=0.03, sigma_w=0.02, slope=-0.6, speed=0.0,
+             effect=0.0, turns=1.0, turns_slope=0.0):
+    """One session on a machine ``speed`` (log of its CPU-time matmul against the baseline's) faster, beside a
+    neighbour that took ``turns`` - 1 of the cores' turns for each of its own (the wall clock reads that)."""
+    u = rng.normal(0, tau)
+    machine = slope * speed + turns_slope * math.log(turns)
+    runs = tuple(tuple(effect + machine + u + v + rng.normal(0, sigma_w, windows))
+                 for v in rng.normal(0, sigma_l, launches))
+    probes = {MATMUL_CPU: 70.0 * math.exp(speed), COPY_CPU: 20.0 * math.exp(rng.normal(0, 0.1)),
+              MATMUL: 70.0 * math.exp(speed) / turns}
+    return Session(runs, probes)
+
+
+def test_the_launch_and_window_components_are_recovered_from_nested_sessions():
+    rng = np.random.default_rng(7)
+    sessions = [simulate(rng, launches=5, windows=4) for _ in range(60)]
+    launches, windows = model.within_session(sessions)
+    assert math.sqrt(launches) == pytest.approx(0.03, rel=0.15)
+    assert math.sqrt(windows) == pytest.approx(0.02, rel=0.1)
+
+
+def test_unsplit_launches_fold_the_windows_into_the_launches():
+    rng = np.random.default_rng(8)
+    sessions = [simulate(rng, launches=4, windows=1) for _ in range(80)]
+    launches, windows = model.within_session(sessions)
+    assert windows == 0.0
+    assert math.sqrt(launches) == pytest.approx(math.hypot(0.03, 0.02), rel=0.15)
+
+
+def test_the_machines_slope_and_the_between_session_spread_are_recovered():
+    """Sessions on machines up to 50 % faster or slower: the model expects what the machine explains, so a session on
+    a machine 40 % faster is not `stale`, and the spread left is tau's."""
+    rng = np.random.default_rng(11)
+    baseline = simulate(rng, launches=7, speed=0.0)
+    stored = [simulate(rng, speed=rng.normal(0, 0.25)) for _ in range(150)]
+    this = simulate(rng, speed=math.log(1.4))
+    effect = model.estimate(this, baseline, stored, clock="cpu", kind="cpu", tolerance=0.05)
+    assert effect.covariates == (MATMUL_CPU, COPY_CPU)
+    assert effect.slopes[0] == pytest.approx(-0.6, abs=0.05)
+    assert math.sqrt(effect.components.between_sessions) == pytest.approx(0.05, rel=0.2)
+    assert abs(effect.estimate) < 2 * effect.se and effect.verdict != "stale"
+    assert effect.basis == "151 sessions"
+
+
+def test_a_session_beside_a_busy_neighbour_is_what_the_wall_clock_expects():
+    """Sessions quiet and loaded (the neighbour takes up to half the turns): the wall clock's metric moves one for one
+    with the turns, so a loaded session reads 90 % slower by it and is judged as the quiet ones are."""
+    rng = np.random.default_rng(21)
+    baseline = simulate(rng, launches=7, turns_slope=1.0)
+    stored = [simulate(rng, turns=rng.choice([1.0, 1.05, 1.9, 2.0]), speed=rng.normal(0, 0.1), turns_slope=1.0)
+              for _ in range(40)]
+    loaded = simulate(rng, turns=1.9, turns_slope=1.0)
+    effect = model.estimate(loaded, baseline, stored, clock="wall", kind="cpu", tolerance=0.06)
+    assert effect.covariates == (MATMUL_CPU, COPY_CPU, model.NEIGHBOUR_TURNS)
+    assert effect.slopes[2] == pytest.approx(1.0, abs=0.1)
+    assert loaded.mean - baseline.mean > math.log(1.5) and abs(effect.estimate) < 2 * effect.se
+
+
+def test_a_covariate_that_never_moved_leaves_the_fit_defined():
+    rng = np.random.default_rng(22)
+    sessions = [simulate(rng) for _ in range(10)]
+    for session in sessions:
+        session.probes[COPY_CPU] = 20.0
+    effect = model.estimate(sessions[0], sessions[1], sessions[2:], clock="cpu", kind="cpu", tolerance=0.05)
+    assert math.isfinite(effect.se) and effect.se > 0
+
+
+def test_a_planted_slowdown_on_a_faster_machine_still_fails():
+    """A 25 % slowdown on a host 30 % faster: the raw values read only a few percent worse; the model reads 25 %."""
+    rng = np.random.default_rng(12)
+    baseline = simulate(rng, launches=7, tau=0.0)
+    stored = [simulate(rng, speed=rng.normal(0, 0.2), tau=0.02) for _ in range(30)]
+    this = simulate(rng, speed=math.log(1.3), effect=math.log(1.25), tau=0.0)
+    effect = model.estimate(this, baseline, stored, clock="cpu", kind="cpu", tolerance=0.05)
+    assert this.mean - baseline.mean < math.log(1.1)
+    assert effect.change == pytest.approx(0.25, abs=0.05)
+    assert effect.verdict == "FAIL"
+
+
+def test_with_no_stored_session_the_prior_judges():
+    rng = np.random.default_rng(13)
+    baseline, this = simulate(rng, launches=7, tau=0.0), simulate(rng, tau=0.0)
+    effect = model.estimate(this, baseline, [], clock="wall", kind="cpu", tolerance=0.06)
+    prior = model.PRIORS["cpu", "wall"]
+    assert effect.basis == "the prior" and effect.covariates == (MATMUL,)
+    assert effect.components.between_sessions == pytest.approx(prior.tau ** 2)
+    assert effect.se > math.sqrt(2) * prior.tau, "this session's and the baseline's own session each stray by tau"
+    gpu = model.estimate(this, baseline, [], clock="wall", kind="gpu", tolerance=0.02)
+    assert gpu.se < effect.se
+
+
+def effect(estimate, se, tolerance=0.05, quantile=2.0, between_sessions=0.0):
+    """An effect whose variance is ``between_sessions`` of it between sessions and the rest between launches."""
+    parts = Components(between_sessions * se ** 2, (1 - between_sessions) * se ** 2 * 3, 0.0)
+    return Effect(estimate, se, quantile, tolerance, parts, (), (), "the prior", 3, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("change, se, between_sessions, verdict", [
+    (0.20, 0.05, 0.0, "FAIL"),           # 0.18 - 0.10 above 0.05
+    (0.12, 0.05, 0.0, "unresolved"),     # the interval straddles the tolerance, and more launches would narrow it
+    (0.12, 0.05, 0.9, "pass"),           # it straddles it, but the spread between sessions keeps it so
+    (0.00, 0.02, 0.0, "pass"),           # below it
+    (-0.20, 0.05, 0.0, "stale"),         # below its negative
+    (0.00, 0.05, 0.0, "unresolved"),     # unchanged, but launches enough could still rule out what matters
+    (0.00, 0.05, 1.0, "pass"),           # unchanged, and no launch could do better: the figure says what it catches
+])
+def test_the_interval_against_the_tolerance_decides(change, se, between_sessions, verdict):
+    assert effect(math.log1p(change), se, between_sessions=between_sessions).verdict == verdict
+
+
+def test_the_figure_it_states_is_caught_nine_times_in_ten():
+    """Sessions of the stated slowdown, each with the noise the effect's standard error says, FAIL in about 90 %."""
+    rng = np.random.default_rng(5)
+    one = effect(0.0, 0.04)
+    figure = math.log1p(one.catchable)
+    failed = [effect(figure + rng.normal(0, 0.04), 0.04).verdict == "FAIL" for _ in range(4000)]
+    assert np.mean(failed) == pytest.approx(model.POWER, abs=0.02)
+
+
+def test_more_launches_buy_only_the_within_session_share():
+    one = Effect(0.0, 0.0, 2.0, 0.05, Components(0.03 ** 2, 0.04 ** 2, 0.02 ** 2), (), (), "x", 3, 2.0, 0.0)
+    assert one.se_after(launches=100) == pytest.approx(0.03, rel=0.05)
+    assert one.se_after(launches=1) < one.se_after() and one.se_after(windows=2) < one.se_after()
+
+
+def test_the_message_states_the_change_interval_basis_and_the_figure():
+    text = effect(math.log1p(0.12), 0.05).describe()
+    assert text == "+12.0% (interval +1.3% to +23.8%, tolerance 5.0%; from the prior; catches 24%)", text
