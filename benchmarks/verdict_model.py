@@ -68,10 +68,11 @@ def probes(session: baselines.StoredSession) -> dict[str, float]:
 
 def launches(reference: baselines.MetricBaseline, median: float, planted: float) -> list[float]:
     """A stored session's launches: its median with the spread of the baseline's first NOMINAL_LAUNCHES launches
-    about theirs, slowed by ``planted``."""
-    centre = statistics.median(reference.runs)
+    about their own median, slowed by ``planted``."""
+    pattern = reference.runs[:model.NOMINAL_LAUNCHES]
+    centre = statistics.median(pattern)
     slowed = median * (1 + planted) if reference.better == "lower" else median / (1 + planted)
-    return [slowed * run / centre for run in reference.runs[:model.NOMINAL_LAUNCHES]]
+    return [slowed * run / centre for run in pattern]
 
 
 def by_the_model(baseline: baselines.Baseline, left_out: int, planted: float) -> tuple[str, float]:

@@ -58,8 +58,8 @@ class Prior:
 
 
 PRIORS = {
-    ("cpu", "wall"): Prior(tau=0.060, slope=-0.60, slope_sd=0.25),
-    ("cpu", "cpu"): Prior(tau=0.045, slope=-0.15, slope_sd=0.25),
+    ("cpu", "wall"): Prior(tau=0.056, slope=-0.68, slope_sd=0.12),  # 21 case files, 2026-12-07
+    ("cpu", "cpu"): Prior(tau=0.071, slope=-0.11, slope_sd=0.15),  # 21 case files, 2026-12-07
     ("gpu", "wall"): Prior(tau=0.010, slope=0.0, slope_sd=0.05),
     ("gpu", "cpu"): Prior(tau=0.030, slope=0.0, slope_sd=0.25),
 }
