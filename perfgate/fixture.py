@@ -79,9 +79,15 @@ class PerfGate:
             history = self._session_history(planned, result)
             if history is not None and state.budget is not None:
                 state.budget.known[run.key] = history.launch_costs() or {}
-            gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
-                        pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
-                        spreads=history, budget=state.budget)
+            arguments = dict(root=state.root, pytest_args=shlex.join(self.config.invocation_params.args),
+                             nvml=state.nvml, spreads=history, budget=state.budget)
+            if settings.verdict == "model":
+                from perfgate.judge.model_gate import ModelGate
+
+                gate = ModelGate(planned, settings, measurer, StoredBaseline(planned.baseline_file), **arguments,
+                                 sessions=history.sessions if history is not None else None)
+            else:
+                gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), **arguments)
         else:
             result.candidate_commit = state.reference.commits[1]
             if state.reference.environment is not None:

@@ -53,6 +53,9 @@ def test_help_lists_every_option_with_its_text(pytester):
         (["--perf-budget", "10", "--update-baselines"], "--perf-budget cuts a gate's launches short to end in time; a "
                                                         "baseline needs every run --update-baselines measures"),
         (["--perf-repeats", "3", "--perf-max-repeats", "2"], "--perf-max-repeats 2 is below --perf-repeats 3"),
+        (["--perf-verdict", "bayes"], "invalid value for --perf-verdict (command line): unknown verdict 'bayes'; "
+                                      "available: rules, model"),
+        (["--perf-verdict", "model", "--perf-calibrate"], "--perf-verdict model weighs the machine's speed itself"),
         (["--perf-against", "HEAD", "--perf-ab-resolve", "0.02"], "--perf-ab-resolve 0.02 is not above "
                                                                   "--perf-ab-tolerance 0.02: a slowdown within the"),
     ],

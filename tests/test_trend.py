@@ -819,3 +819,35 @@ def test_the_budget_plans_a_case_from_its_newest_timed_session_in_the_history(tm
     database.record([dataclasses.replace(result(case="d-cpu"), per_run=timed[:1])], CONTEXT)
     database.close()
     assert history.launch_costs() == {"first": 30.0, "later": 14.0}
+
+
+def test_the_models_sessions_are_the_historys_unchanged_ones_since_the_baseline_with_every_probe(tmp_path):
+    """What --perf-verdict model reads of the history: every judged session of the case here, a FAIL too, with its
+    probe readings; not a planted one nor another workload version; nothing, said once, from a broken database."""
+    from fakes import record
+
+    from perfgate.judge.gate import SessionSpreadWarning
+    from perfgate.trend.spreads import SessionHistory
+
+    url = str(tmp_path / "history.db")
+    database = ResultsDatabase(url)
+    planted = result(value=60.0)
+    planted.measured["planted_fraction"] = 0.5
+    database.record([result(value=97.0, probe=80.0, cpu_probe=90.0), result(value=88.0, verdict="FAIL", probe=78.0),
+                     planted, result(value=20.0, workload_version="2")], CONTEXT)
+    database.close()
+    baseline = baselines.Baseline("c-cpu", "hw", {"fastest_step_samples_per_second": baselines.MetricBaseline(
+        100.0, "higher", 0.05, "samples/s", (99.0, 100.0))}, provenance={}, workload_version="1")
+    history = SessionHistory(url, None, "c-cpu", "hw", "1", ["fastest_step_samples_per_second"])
+    found = history.sessions(baseline)
+    assert [(s.medians, s.probes) for s in found] == [
+        ({"fastest_step_samples_per_second": 97.0}, {"probe_matmul_gflops": 80.0, "probe_matmul_cpu_gflops": 90.0}),
+        ({"fastest_step_samples_per_second": 88.0}, {"probe_matmul_gflops": 78.0})]
+    assert SessionHistory(str(tmp_path / "none.db"), None, "c-cpu", "hw", "1", []).sessions(baseline) == []
+    broken = tmp_path / "broken.db"
+    broken.write_text("not a database")
+    unread = record("c-cpu")
+    history = SessionHistory(str(broken), None, "c-cpu", "hw", "1", [], warn=unread.warn)
+    with pytest.warns(SessionSpreadWarning, match="c-cpu: the sessions in the results history were not read"):
+        assert history.sessions(baseline) == history.sessions(baseline) == []
+    assert len(unread.warnings) == 1

@@ -91,6 +91,18 @@ def launcher(text: str) -> str:
     return text
 
 
+VERDICTS = {"rules": "the rules of docs/gate.md: the runs against the baseline, then the spread between sessions "
+                    "and the machine-speed probe's rules",
+            "model": "one variance model per gated metric (sessions, launches, the machine's speed as a covariate), "
+                     "its interval set against the tolerance (docs/gate.md; being proven before it replaces the rules)"}
+
+
+def verdict(text: str) -> str:
+    if text not in VERDICTS:
+        raise ValueError(f"unknown verdict {text!r}; available: {', '.join(VERDICTS)}")
+    return text
+
+
 def host_list(text: str) -> tuple[str, ...]:
     hosts = tuple(host.strip() for host in text.split(",") if host.strip())
     bad = [host for host in hosts if host.startswith("-") or any(c.isspace() for c in host)]
@@ -187,6 +199,8 @@ OPTIONS = (
            "steps (default: they are deselected, as the summary says)"),
     Option("--perf-min-gpu-util", "min_gpu_util", "flag a GPU case whose mean GPU utilisation (NVML, over the "
            "measured window, the least busy GPU) is below this fraction (default: 0.9)", fraction, 0.9, "FRACTION"),
+    Option("--perf-verdict", "verdict", "how a stored baseline's verdict is decided: " + "; ".join(
+           f"{name}: {what}" for name, what in VERDICTS.items()) + " (default: rules)", verdict, "rules", "NAME"),
     Option("--perf-calibrate", "calibrate", "judge the code relative to the machine's speed at the time: scale the "
            "runs' rates and times by the baseline's machine-speed probe (matmul GFLOP/s of the slowest rank) over "
            "the runs' median probe, so a slower hour of a shared runner is not called a regression (default: "
@@ -286,6 +300,7 @@ class Settings:
     slow: bool = False
     min_gpu_util: float = 0.9
     calibrate: bool = False
+    verdict: str = "rules"
     force_baseline_update: bool = False
     against: str | None = None
     against_python: str | None = None
@@ -398,6 +413,10 @@ def resolve(config: pytest.Config) -> Settings:
     if settings.budget is not None and settings.update_baselines:
         raise pytest.UsageError("perfgate: --perf-budget cuts a gate's launches short to end in time; a baseline "
                                 "needs every run --update-baselines measures: leave --perf-budget out there")
+    if settings.verdict == "model" and settings.calibrate:
+        raise pytest.UsageError("perfgate: --perf-verdict model weighs the machine's speed itself (the probe's readings "
+                                "are its covariates); --perf-calibrate would scale the runs by it a second time: give "
+                                "one of them")
     if settings.inject_slowdown and settings.update_baselines:
         raise pytest.UsageError(
             "perfgate: --perf-inject-slowdown makes runs slower on purpose; it cannot be combined with "

@@ -245,14 +245,7 @@ class Gate:
         if within_spread or drop_rows:
             return self.left_unresolved(f"{planted}\n{details}", within_spread, bool(drop_rows))
         if "stale" in outcomes:
-            result.conclude("stale")
-            what, advice = self.reference.when_faster
-            message = (f"{plan.run.key}: {what} on {plan.hardware_class}{planted}: significantly faster than "
-                       f"{self.reference.where} allows\n{details}\n{advice}")
-            if self.settings.fail_stale:
-                raise CaseFailed(message)
-            self.result.warn(StaleBaselineWarning(message))
-            return result
+            return self.say_stale(f"{planted}: significantly faster than {self.reference.where} allows\n{details}")
         if "unresolved" in outcomes:
             return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
         if self.budget is not None and self.budget.stopped:
@@ -344,6 +337,16 @@ class Gate:
             f"{len(self.measurer.measurement.runs)} {self.evidence} measured; give the session more time "
             "(--perf-budget), fewer cases (-k, -m), or a cache directory a CI job restores, so that launches start "
             "sooner (docs/ci.md)"))
+
+    def say_stale(self, why: str) -> Result:
+        """A case faster than its reference beyond the tolerance: a failure under --fail-stale, else a warning."""
+        self.result.conclude("stale")
+        what, advice = self.reference.when_faster
+        message = f"{self.plan.run.key}: {what} on {self.plan.hardware_class}{why}\n{advice}"
+        if self.settings.fail_stale:
+            raise CaseFailed(message)
+        self.result.warn(StaleBaselineWarning(message))
+        return self.result
 
     def say_unresolved(self, warning: Warning) -> Result:
         """An unresolved verdict's message: a failure under --fail-unresolved, else a warning the record keeps."""

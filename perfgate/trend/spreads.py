@@ -11,9 +11,11 @@ least as fast may excuse a FAIL, never make one (session_spread.with_unlike).
 
 from __future__ import annotations
 
+import datetime
 import warnings
 from typing import Callable, Sequence
 
+from perfgate.judge.baselines import Baseline, StoredSession
 from perfgate.judge.gate import SessionSpreadWarning
 from perfgate.judge.session_spread import MIN_SESSIONS, SessionSpread, counts
 from perfgate.measure.budget import launch_costs
@@ -56,6 +58,40 @@ class SessionHistory:
             self.warn(SessionSpreadWarning(f"{self.case}: the spread between sessions was not read ({exc}); the "
                                            "sessions stored with the baseline, or else its tolerance alone, judge"))
             return {}
+
+    def sessions(self, baseline: Baseline) -> list[StoredSession]:
+        """The case's unchanged sessions here since ``baseline`` was measured, as ``perfgate store-sessions`` keeps
+        them (every judged one, a FAIL too), for the verdict's model; none where the history cannot be read, which
+        is said once, as for the spreads."""
+        from perfgate.trend.store_sessions import unchanged_sessions, utc
+
+        if self.unreadable:
+            return []
+        try:
+            database = ResultsDatabase(self.url, create=False)
+        except NoDatabase:
+            return []
+        except (DatabaseError, OSError) as exc:
+            self._unread(exc)
+            return []
+        try:
+            points = database.points([self.case], self.hardware_class, branch=self.branch)
+            paired = database.compared_with_a_reference(self.case, self.hardware_class)
+        except DatabaseError as exc:
+            self._unread(exc)
+            return []
+        finally:
+            database.close()
+        try:
+            start = utc(datetime.datetime.fromisoformat(str(baseline.provenance["date"])))
+        except (KeyError, ValueError):
+            start = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+        return [session for session, _ in unchanged_sessions(points, baseline, paired, start)]
+
+    def _unread(self, exc: Exception) -> None:
+        self.unreadable = True
+        self.warn(SessionSpreadWarning(f"{self.case}: the sessions in the results history were not read ({exc}); "
+                                       "the sessions stored with the baseline judge"))
 
     def launch_costs(self) -> dict[str, float] | None:
         """What the case's launches cost in its newest session here, for --perf-budget's plan; None where none is

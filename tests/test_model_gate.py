@@ -1,0 +1,109 @@
+"""--perf-verdict model on fake launches: the model's verdict against a stored baseline, its sessions and the
+machine's speed, more launches while they can still decide it, and what the messages and the record say."""
+
+import math
+import re
+
+import pytest
+from fakes import METRIC, FakeMeasurer, LaunchClock, make_plan
+
+pytest.importorskip("scipy", reason="the verdict's model uses scipy's quantiles: perfgate[trend]")
+
+from perfgate.config.settings import Settings  # noqa: E402
+from perfgate.judge import baselines  # noqa: E402
+from perfgate.judge.baselines import Baseline, MetricBaseline, StoredSession  # noqa: E402
+from perfgate.judge.gate import StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning  # noqa: E402
+from perfgate.judge.model_gate import ModelGate  # noqa: E402
+from perfgate.measure.budget import SessionBudget  # noqa: E402
+from perfgate.outcome import CaseFailed  # noqa: E402
+
+PROBE = "probe_matmul_gflops"
+RUNS = (99.0, 100.0, 101.0, 100.5, 99.5, 100.0, 100.2)
+
+
+def sessions(count=12, spread=0.02, slope=0.7):
+    """Stored sessions on machines whose matmul read 50-90 GFLOP/s against the baseline's 70: the throughput moves
+    ``slope`` for one with it, and strays ``spread`` besides."""
+    found = []
+    for i in range(count):
+        speed = math.log((50.0 + 40.0 * i / (count - 1)) / 70.0)
+        value = 100.0 * math.exp(slope * speed + spread * (-1) ** i)
+        found.append(StoredSession(f"2026-12-0{1 + i // 6}T{i % 6:02}:00:00+00:00", {METRIC: value},
+                                   70.0 * math.exp(speed), "abc"))
+    return tuple(found)
+
+
+def gate(tmp_path, values, probe=70.0, stored=(), history=(), budget=None, **settings):
+    plan = make_plan(tmp_path)
+    baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", {
+        METRIC: MetricBaseline(100.0, "higher", 0.05, "samples/s", RUNS)},
+        provenance={"measured": {PROBE: 70.0}}, workload_version="1", sessions=tuple(stored)))
+    measurer = FakeMeasurer(plan, values, probe)
+    checker = ModelGate(plan, Settings(**{"repeats": 3, "max_repeats": 5, "verdict": "model", **settings}), measurer,
+                        StoredBaseline(plan.baseline_file), root=plan.spec.workdir, nvml=lambda: (None, ""),
+                        sessions=lambda baseline: history, budget=budget)
+    return checker, measurer
+
+
+def test_an_unchanged_session_on_a_faster_machine_passes_and_records_the_models_row(tmp_path):
+    """The machine reads 25 % faster and the throughput 17 % higher: what the stored sessions say it moves by."""
+    checker, measurer = gate(tmp_path, [117.0, 117.5, 116.5], probe=87.5, stored=sessions())
+    result = checker.check()
+    assert result.verdict == "pass" and measurer.launches == 3
+    row = result.metrics[0]
+    assert (row["verdict"], row["basis"], row["covariates"]) == ("pass", "13 sessions", [PROBE])
+    assert row["slopes"][0] == pytest.approx(-0.7, abs=0.1), "oriented: a faster machine, a lower (better) y"
+    assert abs(row["change"]) < 0.03 and row["ci"][0] < row["change"] < row["ci"][1]
+    assert 0.05 < row["catchable"] < 0.2
+
+
+def test_a_slowdown_fails_naming_its_interval_and_the_figure_it_catches(tmp_path):
+    checker, _ = gate(tmp_path, [70.0, 70.5, 69.5], stored=sessions())
+    with pytest.raises(CaseFailed) as failed:
+        checker.check()
+    message = str(failed.value)
+    assert re.match(r"w-c-cpu: performance regression on k\n  samples_per_second: \+42\.\d% \(interval \+\d+\.\d% to "
+                    r"\+\d+\.\d%, tolerance 5\.0%; from 13 sessions; catches \d+%\)\n", message), message
+    assert "machine-speed probe now vs when the baseline was measured: probe_matmul_gflops 70 vs 70 (+0.0%)" in message
+
+
+def test_no_stored_session_is_judged_by_the_prior_and_the_historys_sessions_count_too(tmp_path):
+    checker, _ = gate(tmp_path, [100.0, 100.5, 99.5])
+    result = checker.check()
+    assert result.metrics[0]["basis"] == "the prior"
+    checker, _ = gate(tmp_path, [100.0, 100.5, 99.5], history=sessions())
+    assert checker.check().metrics[0]["basis"] == "13 sessions"
+    checker, _ = gate(tmp_path, [100.0, 100.5, 99.5], stored=sessions(), history=sessions())
+    assert checker.check().metrics[0]["basis"] == "13 sessions", "a session in both is counted once"
+
+
+def test_a_verdict_more_launches_could_decide_launches_again_up_to_the_cap_then_is_unresolved(tmp_path):
+    """About 6 % slower, launches 8 % apart, against tight sessions: the interval straddles the 5 % tolerance, and
+    launches narrow it."""
+    checker, measurer = gate(tmp_path, [97.0, 92.0, 95.0, 96.0, 91.0], stored=sessions(spread=0.002))
+    with pytest.warns(UnresolvedVerdictWarning) as warned:
+        assert checker.check().verdict == "unresolved"
+    assert measurer.launches == 5
+    assert "an interval still straddles its tolerance after 5 launches, and more would narrow it" in str(
+        warned[0].message)
+    checker, measurer = gate(tmp_path, [97.0, 92.0, 95.0, 96.0, 91.0], stored=sessions(spread=0.002),
+                             fail_unresolved=True)
+    with pytest.raises(CaseFailed, match="unresolved on k"):
+        checker.check()
+
+
+def test_a_case_faster_than_the_machine_explains_is_stale(tmp_path):
+    checker, _ = gate(tmp_path, [160.0, 161.0, 159.0], stored=sessions())
+    with pytest.warns(StaleBaselineWarning, match="once the machine's speed is weighed"):
+        assert checker.check().verdict == "stale"
+
+
+def test_a_budget_that_stops_the_launches_it_wants_says_so(tmp_path):
+    """Three launches of 30 s fit in 100 s, the fourth the model asks for does not: unresolved, for the budget."""
+    clock = LaunchClock(30.0)
+    checker, measurer = gate(tmp_path, [97.0, 92.0, 95.0, 96.0, 91.0], stored=sessions(spread=0.002),
+                             budget=SessionBudget(100.0, clock=clock))
+    clock.wrap(measurer)
+    with pytest.warns(UnresolvedVerdictWarning, match="launch 4 needs about 30 s"):
+        assert checker.check().verdict == "unresolved"
+    assert measurer.launches == 3 and measurer.result.budget_stop.startswith("--perf-budget: w-c-cpu stopped after 3")
