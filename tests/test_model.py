@@ -142,3 +142,11 @@ def test_more_launches_buy_only_the_within_session_share():
 def test_the_message_states_the_change_interval_basis_and_the_figure():
     text = effect(math.log1p(0.12), 0.05).describe()
     assert text == "+12.0% (interval +1.3% to +23.8%, tolerance 5.0%; from the prior; catches 24%)", text
+
+
+def test_one_launch_a_side_takes_the_priors_spread_for_the_launches():
+    """A published figure against one launch: no launch spread was measured, so none is assumed away."""
+    baseline, this = Session(((0.0,),), {MATMUL: 70.0}), Session(((0.05,),), {MATMUL: 70.0})
+    effect = model.estimate(this, baseline, [], clock="wall", kind="gpu", tolerance=0.02)
+    assert effect.components.between_launches == pytest.approx(model.PRIORS["gpu", "wall"].tau ** 2)
+    assert effect.verdict != "FAIL", "5 % worse, against a 2 % tolerance, is not proven by one launch a side"

@@ -226,6 +226,8 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
              tolerance: float, metrics: int = 1, alpha: float = ALPHA) -> Effect:
     """This session's effect against the baseline's session and the stored ones, each with its probe readings."""
     launch_var, window_var = within_session([baseline, this])
+    if len(baseline.launches) + len(this.launches) <= 2:
+        launch_var = max(launch_var, PRIORS[kind, clock].tau ** 2)  # one launch a side says nothing of their spread
     windows = float(np.mean([len(w) for w in this.launches]))
     n = len(this.launches)
     sessions = [baseline, *stored]
