@@ -72,6 +72,9 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for result in results:
         times = [run["time_s"] for run in result["per_run"] if run.get("time_s")]
+        if len(times) < 2:
+            print(f"| {result['case']} | {result['verdict']}: {len(times)} launch(es) timed | | | | | | |")
+            continue
         window = statistics.median(t["window_s"] for t in times)
         outside = statistics.median(t["total_s"] - t["window_s"] for t in times)
         for metric in GATED:
