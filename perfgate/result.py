@@ -125,6 +125,9 @@ class Result:
     budget_stop: Optional[str] = None
     """What --perf-budget stopped: a launch the verdict wanted that would not have ended inside the session's time
     limit. Such a case is unresolved, with this as its reason."""
+    profile: Optional[Row] = None
+    """A FAIL's "what got slower": the profiled launch's slowest rank, its self time per step against the
+    reference's, and the operators that grew most (judge/profile_diff.py)."""
     reference: Optional[Row] = None
     """An A/B case's reference side: revision, commit, command, its runs (and interpreter and environment)."""
     candidate_commit: Optional[str] = None

@@ -1,6 +1,8 @@
 """Stand-ins shared by the unit tests: a planned case that launches nothing, a measurer that hands out chosen values,
 and a device clock the test advances."""
 
+import json
+
 from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
@@ -29,8 +31,11 @@ class FakeMeasurer:
     """Stands in for measure.Measurer: each launch appends the next of ``values`` as one run; ``probe``: its
     ``probe_matmul_gflops``, or a dict of probe readings."""
 
-    def __init__(self, plan, values, probe=None, log=None, name=""):
+    def __init__(self, plan, values, probe=None, log=None, name="", profiles=None):
+        """``profiles``: each profiled launch's ranks' operators ({rank: {op: self CPU us per step}}), in turn."""
         self.plan = plan
+        self._profiles = list(profiles or [])
+        self.profiled = 0
         self.result = record(plan.run.key)
         self._log, self._name = log if log is not None else [], name
         self.measurement = Measurement(command="python -m torch.distributed.run w.py")
@@ -44,6 +49,19 @@ class FakeMeasurer:
         return self.measurement
 
     last_records = None
+
+    def profile(self):
+        """Writes the next of ``profiles`` as a profiled launch's summaries, as the workloads' ranks do."""
+        if not self._profiles:
+            raise ValueError("the fake measurer launches nothing to profile")
+        directory = self.plan.spec.workdir / f"profile{self.profiled}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for rank, ops in self._profiles.pop(0).items():
+            summary = {"steps": 5, "rank": rank, "ops": {name: {"calls": 1.0, "self_cpu_us": us, "self_device_us": 0.0}
+                                                        for name, us in ops.items()}}
+            (directory / f"profile-rank{rank}.json").write_text(json.dumps(summary))
+        self.profiled += 1
+        return directory
 
     def launch_once(self, planned, stop=None, cores=None):
         self.cores = cores

@@ -218,6 +218,8 @@ def planted_session_against_a_fresh_baseline(suite):
     assert stored["metrics"]["fastest_step_samples_per_second"]["tolerance"] >= 0.25
     assert stored["metrics"]["cpu_seconds_per_sample"]["tolerance"] >= 0.25
     assert stored["metrics"]["cpu_seconds_per_sample"]["unit"] == "CPU s/sample"
+    kept = json.loads(baseline_file(suite, "unet3d-noise").with_name("unet3d-noise-cpu.profile.json").read_text())
+    assert kept["ops"] and kept["steps"] >= 1, "a profile beside the baseline, for a FAIL to name what got slower"
 
     unchanged = run(suite, *args)
     unchanged.assert_outcomes(passed=1)
@@ -235,6 +237,8 @@ def planted_session_against_a_fresh_baseline(suite):
     planted.assert_outcomes(failed=1)
     planted.stdout.fnmatch_lines([
         "*PLANTED SLOWDOWN 100%*",
+        "*what got slower (torch.profiler, self time per step, the ranks' mean; slowest rank *",
+        "*perfgate.planted_slowdown: * ms (*",
         "*unet3d-noise-cpu*FAIL*",
         "window share: *% of the session's launch time (* s measured of * s in 2 launch(es))*",
         f"perfgate: wrote {suite.path / 'perf.json'}",
@@ -242,6 +246,7 @@ def planted_session_against_a_fresh_baseline(suite):
     assert_reports(suite.path)
     result = newest_result(suite)
     assert (result["injected_slowdown"], result["verdict"], len(result["per_run"])) == (1.0, "FAIL", 2)
+    assert result["profile"]["rows"][0]["op"] == "perfgate.planted_slowdown", result["profile"]
     assert len(result["per_run"][0]["step_times_s"]) == 12
     assert {row["metric"]: row["took"] for row in result["plant"]} == {
         "fastest_step_samples_per_second": True, "cpu_seconds_per_sample": True}

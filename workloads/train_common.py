@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import resource
@@ -232,6 +233,54 @@ StepFn = Callable[[int, Any], dict[str, torch.Tensor]]
 """One optimizer step on a device batch: (step index, batch) -> 0-d tensors to record (``loss`` first)."""
 
 
+PLANT_RANGE = "perfgate.planted_slowdown"
+"""The profiler's name for the planted slowdown, so that a planted FAIL's profile diff names it."""
+DATA_RANGE = "perfgate.data_wait"
+"""The profiler's name for the wait for the next batch."""
+
+
+class StepProfile:
+    """torch.profiler over ``--profile-steps`` steps after the ``--warmup`` ones, in a launch perfgate never judges:
+    each rank writes its operators' calls and self time per step (``profile-rank<R>.json``, what perfgate diffs) and
+    the trace, which Perfetto or chrome://tracing opens (``trace-rank<R>.json``), into ``--profile-dir``."""
+
+    def __init__(self, args: argparse.Namespace, env: Distributed) -> None:
+        self.first, self.count, self.out, self.env = args.warmup, args.profile_steps, args.profile_dir, env
+        self.profiler: torch.profiler.profile | None = None
+
+    def range(self, name: str) -> contextlib.AbstractContextManager:
+        """A named range while profiling; nothing, not even the range's own cost, otherwise."""
+        return torch.profiler.record_function(name) if self.profiler is not None else contextlib.nullcontext()
+
+    def step_begins(self, step: int) -> None:
+        if self.count and step == self.first:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.env.cuda:
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self.profiler = torch.profiler.profile(activities=activities)
+            self.profiler.__enter__()
+
+    def step_ended(self, step: int) -> None:
+        if self.profiler is not None and step == self.first + self.count - 1:
+            self.close()
+
+    def close(self) -> None:
+        """Stops profiling (at the last profiled step, or where the run stopped sooner) and writes what it saw."""
+        if self.profiler is None:
+            return
+        profiler, self.profiler = self.profiler, None
+        profiler.__exit__(None, None, None)
+        ops = {}
+        for event in profiler.key_averages():
+            device_us = getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
+            ops[event.key] = {"calls": event.count / self.count, "self_cpu_us": event.self_cpu_time_total / self.count,
+                              "self_device_us": device_us / self.count}
+        self.out.mkdir(parents=True, exist_ok=True)
+        summary = {"steps": self.count, "rank": self.env.rank, "device": self.env.device.type, "ops": ops}
+        (self.out / f"profile-rank{self.env.rank}.json").write_text(json.dumps(summary))
+        profiler.export_chrome_trace(str(self.out / f"trace-rank{self.env.rank}.json"))
+
+
 class Trainer:
     """Runs a workload's step over its loader under perfgate's timing rules (see the module docstring)."""
 
@@ -242,6 +291,7 @@ class Trainer:
                                      on_step=on_step)
         self.injector = SlowdownInjector(args.inject_slowdown, env.device.type, self.recorder.step_times)
         self.adaptive = AdaptiveStop(args, self.recorder)
+        self.profile = StepProfile(args, env)
         self.compile_cache = CompileCache(env.rank) if args.compile or args.cuda_graphs else None
         if self.compile_cache is not None:
             self.compile_cache.before_compiling()
@@ -299,20 +349,25 @@ class Trainer:
         recorder.begin()
         injector.begin()
         for step in range(self.args.steps):
+            self.profile.step_begins(step)
             try:
-                batch = next(batches)
+                with self.profile.range(DATA_RANGE):
+                    batch = next(batches)
             except StopIteration:
                 break
             data_s = recorder.data_ready()
             if self.args.inject_fault is not None:
                 batch = self.args.inject_fault.strike(self.env.rank, step, batch)
             scalars = step_fn(step, batch)
-            planted = injector.pause()
+            with self.profile.range(PLANT_RANGE):
+                planted = injector.pause()
             recorder.end_step(step, samples=self.global_batch, data_s=data_s, lr=self.lr(), scalars=scalars,
                               planted_s=planted if injector.fraction else None)
+            self.profile.step_ended(step)
             done = step + 1
             if self.adaptive.should_stop(done):
                 break
+        self.profile.close()
         recorder.flush()
         self.last_batch = batch if done else None
         return done

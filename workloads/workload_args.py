@@ -83,6 +83,12 @@ def add_common_args(parser: argparse.ArgumentParser, *, batch_size: int, steps: 
         help="stretch every step by this fraction of its duration (to test a perf gate); default 0",
     )
     parser.add_argument(
+        "--profile-steps", type=int, default=0, metavar="N",
+        help="record torch.profiler over N steps after the --warmup ones, each rank's operators per step into "
+        "--profile-dir (perfgate asks for it in a launch it does not judge); default 0: none",
+    )
+    parser.add_argument("--profile-dir", type=Path, help="where --profile-steps writes each rank's profile and trace")
+    parser.add_argument(
         "--inject-fault", type=Fault.parse, metavar="KIND@RANK:STEP",
         help="make the run fail on purpose (to test the harness): crash@R:S exits rank R at step S, kill@R:S "
         "kills it with SIGKILL (as the kernel's OOM killer would), hang@R:S "
@@ -117,6 +123,9 @@ def common_problems(args: argparse.Namespace) -> list[str]:
     if args.target_ci is not None and not args.warmup < args.min_steps <= args.steps:
         problems.append(f"adaptive length needs --warmup < --min-steps <= --steps, got "
                         f"{args.warmup}, {args.min_steps}, {args.steps}")
+    if args.profile_steps and (args.profile_dir is None or args.warmup + args.profile_steps > args.steps):
+        problems.append(f"--profile-steps {args.profile_steps} needs --profile-dir and --warmup + --profile-steps <= "
+                        f"--steps, got {args.profile_dir}, {args.warmup}, {args.steps}")
     if args.timing == "bare" and not 0 <= args.warmup < args.steps:
         problems.append(f"--timing bare measures the steps after --warmup: need 0 <= --warmup < --steps, got "
                         f"{args.warmup}, {args.steps}")

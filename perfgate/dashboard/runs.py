@@ -20,6 +20,17 @@ PAIR_COLUMNS = ("metric", "pair", "reference", "candidate", "ratio")
 TIME_KEYS = ("startup_s", "warmup_s", "window_s", "after_window_s", "teardown_s", "total_s")
 
 
+def slower_html(result: Result) -> str:
+    """A FAIL's operators that grew most, from its profiled launches (judge/profile_diff.py)."""
+    rows = (result.profile or {}).get("rows") or []
+    if not rows:
+        return ""
+    cells = [[f"<code>{html.escape(row['op'])}</code>", number(row["before_us"] / 1e3), number(row["after_us"] / 1e3),
+              number(row["excess_us"] / 1e3), html.escape(row["kind"])] for row in rows]
+    return "<h2>What got slower (ms per step)</h2>" + table(("operator", "before", "after", "beyond the step's growth",
+                                                             "kind"), rows, cells)
+
+
 def write_run(site: Site, point: Point, result: Result, has_case_page: bool) -> Path:
     """``has_case_page``: whether the case has a page on this class (it has none without a gated result)."""
     folder = site.out / "run"
@@ -51,6 +62,7 @@ def write_run(site: Site, point: Point, result: Result, has_case_page: bool) -> 
     body = (definitions(facts) + message
             + "<h2>Gated metrics</h2>" + table(("metric", "measured", "baseline", "change", "tolerance", "verdict",
                                                  "reason"), result.metrics, metric_cells)
+            + slower_html(result)
             + pairs_html(folder / f"{point.result_id}-pairs", compare.ab_pairs(result))
             + ("<h2>Where each launch's time went (s)</h2>" + table(("run", *TIME_KEYS), timed, time_cells)
                if timed else "")

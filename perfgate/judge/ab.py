@@ -19,7 +19,7 @@ import time
 from typing import Any, Sequence
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines, machine_drop
+from perfgate.judge import baselines, machine_drop, profile_diff
 from perfgate.judge.gate import Gate
 from perfgate.judge.revision import Revision
 from perfgate.launch.plan import Plan
@@ -53,6 +53,8 @@ class RevisionReference:
     when_faster = ("faster than the reference", "an improvement beyond --perf-ab-tolerance, or the reference's launches "
                                                 "were slowed by something else; no baseline is stored, none to update")
 
+    no_profile = ""
+
     def __init__(self, revision: Revision, measurer: Measurer, plan: Plan, tolerance: float) -> None:
         self.revision = revision
         self.measurer = measurer
@@ -70,6 +72,10 @@ class RevisionReference:
         if METRICS[name].clock == "wall" and any(METRICS[m].clock == "cpu" for m in gated):
             return max(self.tolerance, self.plan.tolerance_floor("wall"))
         return self.tolerance
+
+    def profile(self) -> profile_diff.Summary:
+        """The reference side profiled the way this side was, in a launch of its own."""
+        return profile_diff.launch_summary(self.measurer.profile())
 
     def load(self) -> baselines.Baseline:
         measurement, run = self.measurer.measurement, self.plan.run

@@ -1,6 +1,7 @@
 """--update-baselines: the case's runs, less the disturbed ones (re-measured in their place), written as its stored
 baseline with where and how they were measured; a baseline from other hardware, another workload version or a
-publication is refused unless --force-baseline-update says otherwise."""
+publication is refused unless --force-baseline-update says otherwise. One more launch, not one of its runs, records
+the case's operators per step beside it (judge/profile_diff.py), for a later FAIL to name what got slower."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines
+from perfgate.judge import baselines, profile_diff
 from perfgate.judge.gated import GatedMetrics
 from perfgate.launch import hardware
+from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, stats
 from perfgate.measure.budget import launch_costs
@@ -18,6 +20,10 @@ from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed
 from perfgate.result import Result
+
+
+class ProfileNotRecordedWarning(UserWarning):
+    """A new baseline without a profile beside it: a later FAIL names no operator against it."""
 
 
 class BaselineUpdate:
@@ -73,6 +79,7 @@ class BaselineUpdate:
         dropped = measurement.disturbed(self.gated.floors())
         new = self.new_baseline(measurement, dropped)
         baselines.write(self.where, new)
+        self.profile_beside()
         rows = []
         for name, ref in new.metrics.items():
             before = old.metrics.get(name) if old else None
@@ -85,6 +92,17 @@ class BaselineUpdate:
         self.result.metrics, self.result.disturbed_runs = rows, len(dropped)
         self.result.conclude("updated")
         return self.result
+
+    def profile_beside(self) -> None:
+        """The new baseline's operators per step, beside it (profile_diff.beside), for a later FAIL's "what got
+        slower": one more launch, never one of the baseline's runs. A case that cannot be profiled keeps none."""
+        try:
+            summary = profile_diff.launch_summary(self.measurer.profile())
+        except (LaunchFailed, ValueError) as exc:
+            self.result.warn(ProfileNotRecordedWarning(f"{self.plan.run.key}: no profile recorded beside {self.where}: "
+                                                       f"{str(exc).splitlines()[0]}"))
+            return
+        baselines.write_json(profile_diff.beside(self.where), summary.reviewable().to_json())
 
     def new_baseline(self, measurement: Measurement, dropped: list[int]) -> baselines.Baseline:
         """The kept runs' medians, each with a fixed or noise-derived tolerance, and where they came from."""

@@ -260,9 +260,14 @@ def load(path: Path) -> Baseline | None:
 
 def write(path: Path, baseline: Baseline) -> None:
     """Atomically replace ``path``: readers see the old file or the new one, never a torn one."""
+    write_json(path, baseline.to_json())
+
+
+def write_json(path: Path, document: Mapping[str, Any]) -> None:
+    """Atomically replace ``path`` with ``document``, indented for review."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(baseline.to_json(), indent=2, sort_keys=False) + "\n"
+    text = json.dumps(document, indent=2, sort_keys=False) + "\n"
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:

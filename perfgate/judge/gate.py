@@ -11,19 +11,22 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NoReturn, Protocol
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines, machine_drop, session_spread
+from perfgate.judge import baselines, machine_drop, profile_diff, session_spread
 from perfgate.judge.baseline_update import BaselineUpdate
 from perfgate.judge.gated import GatedMetrics
 from perfgate.judge.session_spread import SessionSpread
+from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, metrics, stats
 from perfgate.measure.budget import CaseBudget, SessionBudget
 from perfgate.measure.measurer import Measurement, Measurer
 from perfgate.outcome import CaseFailed, CaseSkipped
+from perfgate.records.steps import RecordsError
 from perfgate.result import Result
 
 
@@ -87,8 +90,14 @@ class Reference(Protocol):
     when_faster: tuple[str, str]
     """What a case significantly faster than the reference beyond the tolerance is, and what to do about it."""
 
+    no_profile: str
+    """Why the reference has no profile to set a FAIL's against, where it has none."""
+
     def load(self) -> baselines.Baseline | None:
         """The reference; None when there is none yet; BaselineError when it cannot be trusted."""
+
+    def profile(self) -> profile_diff.Summary | None:
+        """The reference's operators per step, for a FAIL's "what got slower"; None where it has none."""
 
 
 class StoredBaseline:
@@ -100,9 +109,15 @@ class StoredBaseline:
 
     def __init__(self, path: Path) -> None:
         self.where = path
+        self.no_profile = (f"none beside {path}: --update-baselines records one in "
+                           f"{profile_diff.beside(path).name}")
 
     def load(self) -> baselines.Baseline | None:
         return baselines.load(self.where)
+
+    def profile(self) -> profile_diff.Summary | None:
+        path = profile_diff.beside(self.where)
+        return profile_diff.read(path) if path.exists() else None
 
 
 NO_BASELINE_RUNS = 2
@@ -237,10 +252,7 @@ class Gate:
                             + [f"  {session_spread.describe(row)}" for row in spread_rows]
                             + [f"  {machine_drop.describe(row)}" for row in drop_rows])
         if "FAIL" in outcomes:
-            result.conclude("FAIL")
-            raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{planted}\n{details}\n"
-                             f"{machine_speed(baseline, measurement)}baseline: {self.reference.where}\n"
-                             f"command: {measurement.command}\nlogs kept in {plan.spec.workdir}")
+            self.regression(baseline, measurement, f"{planted}\n{details}")
         within_spread = any(row["outcome"] == "unresolved" for row in spread_rows)
         if within_spread or drop_rows:
             return self.left_unresolved(f"{planted}\n{details}", within_spread, bool(drop_rows))
@@ -337,6 +349,53 @@ class Gate:
             f"{len(self.measurer.measurement.runs)} {self.evidence} measured; give the session more time "
             "(--perf-budget), fewer cases (-k, -m), or a cache directory a CI job restores, so that launches start "
             "sooner (docs/ci.md)"))
+
+    def regression(self, baseline: baselines.Baseline, measurement: Measurement, details: str) -> NoReturn:
+        """A FAIL: how much, where it was measured, and what got slower (one profiled launch of each side)."""
+        plan = self.plan
+        self.result.conclude("FAIL")
+        raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{details}\n"
+                         f"{machine_speed(baseline, measurement)}{self.what_got_slower()}"
+                         f"baseline: {self.reference.where}\ncommand: {measurement.command}\n"
+                         f"logs kept in {plan.spec.workdir}")
+
+    def what_got_slower(self) -> str:
+        """Lines naming the operators whose time per step grew most, from a profiled launch of this side against the
+        reference's profile; what was not profiled, and why, otherwise. The launches are never judged."""
+        budget = self.budget.why_no_extra_launch() if self.budget is not None else ""
+        if budget:
+            return f"what got slower: not profiled ({budget})\n"
+        began = time.monotonic()
+        try:
+            directory = self.measurer.profile()
+            current = profile_diff.launch_summary(directory)
+        except (LaunchFailed, ValueError) as exc:
+            return f"what got slower: not profiled ({str(exc).splitlines()[0]})\n"
+        cost = self.profiler_cost(directory, current.steps)
+        try:
+            reference = self.reference.profile()
+        except (LaunchFailed, ValueError) as exc:
+            reference, why = None, str(exc).splitlines()[0]
+        else:
+            why = "" if reference is not None else self.reference.no_profile
+        launch_s = time.monotonic() - began
+        self.result.profile = {"rank": current.rank, "step_us": current.step_us, "launches_s": launch_s,
+                               "dir": str(directory), "profiler_cost": cost,
+                               "reference_step_us": reference.step_us if reference else None,
+                               "rows": profile_diff.diff(reference, current) if reference else []}
+        if reference is None:
+            top = ", ".join(f"{name} {current.time_us(name) / 1e3:.2f} ms" for name in
+                            sorted(current.ops, key=current.time_us, reverse=True)[:profile_diff.TOP])
+            return f"what got slower: no profile of the reference ({why}); this side's most time per step: {top}\n"
+        return "\n".join(profile_diff.describe(self.result.profile["rows"], reference, current, cost)) + "\n"
+
+    def profiler_cost(self, directory: Path, steps: int) -> float | None:
+        """The profiler's own cost on the steps it recorded, from the profiled launch's step records."""
+        try:
+            times = [step.step_s for step in self.plan.run.case.records.read(directory).steps]
+        except (RecordsError, OSError):
+            return None
+        return profile_diff.overhead(times, self.plan.warmup, steps)
 
     def say_stale(self, why: str) -> Result:
         """A case faster than its reference beyond the tolerance: a failure under --fail-stale, else a warning."""

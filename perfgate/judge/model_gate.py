@@ -13,10 +13,9 @@ from typing import Any, Callable, Sequence
 
 from perfgate.judge import baselines, model
 from perfgate.judge.baselines import StoredSession
-from perfgate.judge.gate import Gate, UnresolvedVerdictWarning, machine_speed
+from perfgate.judge.gate import Gate, UnresolvedVerdictWarning
 from perfgate.measure.measurer import Measurement
 from perfgate.measure.metrics import METRICS
-from perfgate.outcome import CaseFailed
 from perfgate.result import Result
 
 DECIDED = ("FAIL", "stale", "pass")
@@ -51,10 +50,7 @@ class ModelGate(Gate):
                    if self.settings.inject_slowdown else "")
         details = "\n".join(f"  {metric}: {effect.describe()}" for metric, effect in effects.items())
         if "FAIL" in verdicts:
-            result.conclude("FAIL")
-            raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{planted}\n{details}\n"
-                             f"{machine_speed(baseline, measurement)}baseline: {self.reference.where}\n"
-                             f"command: {measurement.command}\nlogs kept in {plan.spec.workdir}")
+            self.regression(baseline, measurement, f"{planted}\n{details}")
         if "unresolved" in verdicts:
             if self.budget is not None and self.budget.stopped:
                 return self.out_of_budget(f"{planted}\n{details}")

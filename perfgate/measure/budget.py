@@ -109,6 +109,13 @@ class CaseBudget:
         return self._stop(f"{self.label} stopped after {index} {self.look[1]}: {self.look[0]} {index + 1} needs about "
                           f"{need:.0f} s{beside}, and {max(left, 0):.0f} s of the {budget_words(budget)} were left")
 
+    def why_no_extra_launch(self) -> str:
+        """Why a launch outside the verdict (a FAIL's profile) may not start: "" where one of the case's later
+        launches fits in what is left."""
+        need, left = self.cost(1) or 0.0, self.session.left_s()
+        return "" if need <= left else (f"--perf-budget: one more launch needs about {need:.0f} s and {max(left, 0):.0f}"
+                                        f" s of the {budget_words(self.session.seconds)} were left")
+
     def timed(self, launch: Callable[[], None]) -> None:
         """Runs one launch (or one A/B pair) and books what it took; a launch that failed (killed at its timeout, say)
         ends its case and says nothing of what the next case's launches cost."""

@@ -25,8 +25,13 @@ from perfgate.measure import gpu_monitor, metrics, stats
 from perfgate.measure.metrics import METRICS
 from perfgate.measure.progress import Progress
 from perfgate.outcome import CaseFailed
+from perfgate.records.sources import JsonRecords
 from perfgate.records.steps import RecordsError, RunRecords
 from perfgate.result import Result
+
+PROFILE_STEPS = 5
+"""Steps a profiled launch records: enough that each operator's calls per step are whole, few enough that the
+profiler's trace stays small."""
 
 Say = Callable[[str, bool], None]
 """Writes a progress line to the terminal; True overwrites the previous one."""
@@ -217,6 +222,23 @@ class Measurer:
         self._say_compile_cache_bypassed(run)
         result.measured = measurement.medians()
         result.runs = len(measurement.runs)
+
+    def profile(self, steps: int = PROFILE_STEPS) -> Path:
+        """One more launch, never judged, with torch.profiler over ``steps`` steps after the warm-up (the plant, if the
+        session has one, included): returns the directory its ranks wrote their summaries and traces to, beside the
+        runs' logs. LaunchFailed where it fails; ValueError where the case cannot be profiled."""
+        plan = self.plan
+        if not isinstance(plan.run.case.records, JsonRecords):
+            raise ValueError("only perfgate's own workloads record torch.profiler (workloads/train_common.py); this "
+                             "case's script is run unmodified")
+        profile_dir = plan.spec.workdir / "profile"
+        steps = min(steps, (plan.steps or steps + plan.warmup) - plan.warmup)
+        argv = plan.run.argv(profile_dir, plan.steps, plan.world_size, plan.warmup, self._inject_slowdown,
+                             first_run=False, root=self._root, timeout_s=plan.spec.timeout_s)
+        argv += ["--warmup", str(plan.warmup), "--profile-steps", str(steps), "--profile-dir", str(profile_dir)]
+        self._say(f"{self.label}: profiling {steps} steps (torch.profiler, a launch that is not judged)", False)
+        self._launcher.launch(dataclasses.replace(plan.spec, workdir=profile_dir, entry=argv))
+        return profile_dir
 
     def _say_compile_cache_bypassed(self, run: dict[str, Any]) -> None:
         """A warm start that compiles anyway costs nearly what a cold one does: say so, rather than bill it silently."""

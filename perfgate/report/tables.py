@@ -75,6 +75,17 @@ def budget_rows(results: Sequence[Result]) -> list[list[str]]:
 UPDATE_HEADER = ("case", "metric", "old", "new", "change", "new tolerance", "noise", "runs")
 
 
+SLOWER_HEADING = "what got slower in each FAIL (torch.profiler in a launch of each side that is not judged)"
+SLOWER_HEADER = ("case", "operator", "ms per step before", "after", "beyond the step's growth", "kind")
+
+
+def slower_rows(results: Sequence[Result]) -> list[list[str]]:
+    """Each FAIL's operators that grew most (judge/profile_diff.py)."""
+    return [[r.case, row["op"], f"{row['before_us'] / 1e3:.2f}", f"{row['after_us'] / 1e3:.2f}",
+             f"+{row['excess_us'] / 1e3:.2f} ms", row["kind"]]
+            for r in results if r.profile for row in r.profile["rows"]]
+
+
 def update_rows(results: Sequence[Result]) -> list[list[str]]:
     """Rows of the reviewable table that --update-baselines prints: old -> new per metric."""
     rows = []
@@ -336,6 +347,7 @@ def sections(results: Sequence[Result], settings: Settings) -> list[Table]:
     return [
         Table("verdicts", "verdicts", VERDICT_HEADER, summary_rows([r for r in results if r.verdict != "updated"])),
         Table("budget", BUDGET_HEADING, BUDGET_HEADER, budget_rows(results)),
+        Table("slower", SLOWER_HEADING, SLOWER_HEADER, slower_rows(results)),
         Table("ab", "A/B: pairs of launches (reference, candidate) and the time to each verdict", AB_HEADER,
               ab_rows(paired)),
         Table("updated", "baselines written (review the diff before committing)", UPDATE_HEADER,

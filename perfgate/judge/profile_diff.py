@@ -1,0 +1,158 @@
+"""What got slower: two sides' torch.profiler summaries set side by side, operator by operator.
+
+A side's summary is what a profiled launch's ranks wrote (workloads/train_common.StepProfile): per operator, its calls
+and self time per step, by CPU and, on a GPU, by the device. The diff takes each side's mean over its ranks, naming
+the slowest (the most self time per step, the one DDP's steps wait for), and names the operators whose time per step grew most, those added and
+those gone, each with its share of the whole step's growth. torch.profiler's own aggregates (``key_averages``) are
+diffed, so no trace is parsed; the traces stay beside the logs, for Perfetto.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+TOP = 5
+NOISE_SHARE = 0.05
+"""An operator whose time per step grew beyond the step's own growth by less than this share of the step is not
+named: two profiles of unchanged code differ by that much (tests/test_profile_launch.py, beside other launches)."""
+SUMMARY = "profile-rank{rank}.json"
+COLLECTIVES = ("c10d::", "nccl:", "gloo:")
+KEPT_SHARE = 0.001
+"""The least share of the step an operator of a baseline's profile summary takes to be listed by name."""
+OTHERS = "(the others, each under 0.1 % of the step)"
+
+
+class ProfileError(ValueError):
+    """A profile summary that cannot be read; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One rank's operators: name -> calls and self microseconds per step (CPU and device)."""
+
+    ops: Mapping[str, Mapping[str, float]]
+    rank: int
+    steps: int
+
+    def time_us(self, name: str) -> float:
+        op = self.ops.get(name) or {}
+        return float(op.get("self_cpu_us", 0.0)) + float(op.get("self_device_us", 0.0))
+
+    @property
+    def step_us(self) -> float:
+        return sum(self.time_us(name) for name in self.ops)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": self.steps, "rank": self.rank, "ops": {name: dict(op) for name, op in sorted(self.ops.items())}}
+
+    def reviewable(self) -> Summary:
+        """The operators that take at least KEPT_SHARE of the step, the rest summed as one: what a baseline keeps."""
+        floor = KEPT_SHARE * self.step_us
+        kept = {name: op for name, op in self.ops.items() if self.time_us(name) >= floor}
+        rest = [name for name in self.ops if name not in kept]
+        if rest:
+            kept[OTHERS] = {"calls": sum(float(self.ops[n].get("calls", 0.0)) for n in rest),
+                            "self_cpu_us": sum(float(self.ops[n].get("self_cpu_us", 0.0)) for n in rest),
+                            "self_device_us": sum(float(self.ops[n].get("self_device_us", 0.0)) for n in rest)}
+        return Summary(kept, self.rank, self.steps)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Summary:
+        if not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
+            raise ProfileError(f"{where}: not a profile summary (expected {{\"steps\", \"rank\", \"ops\"}})")
+        return cls(data["ops"], int(data.get("rank", 0)), int(data.get("steps", 1)))
+
+
+def beside(baseline_file: Path) -> Path:
+    """Where --update-baselines keeps a baseline's profile summary: ``<case>.profile.json`` beside its file."""
+    return baseline_file.with_name(f"{baseline_file.stem}.profile.json")
+
+
+def read(path: Path) -> Summary:
+    try:
+        return Summary.from_json(json.loads(path.read_text()), str(path))
+    except (OSError, ValueError) as exc:
+        raise ProfileError(f"{path}: {exc}") from None
+
+
+def ranks(directory: Path) -> list[Summary]:
+    """Every rank's summary of a profiled launch; ProfileError where none wrote one."""
+    found = [read(path) for path in sorted(directory.glob(SUMMARY.format(rank="*")))]
+    if not found:
+        raise ProfileError(f"{directory}: no rank wrote a profile summary ({SUMMARY.format(rank='<R>')})")
+    return found
+
+
+def launch_summary(directory: Path) -> Summary:
+    """A profiled launch as one summary: each operator's mean over the ranks (steadier than any one rank beside a
+    neighbour), named after the slowest rank, the one DDP's steps wait for."""
+    found = ranks(directory)
+    slowest = max(found, key=lambda summary: summary.step_us)
+    names = {name for summary in found for name in summary.ops}
+    fields = ("calls", "self_cpu_us", "self_device_us")
+    ops = {name: {field: sum(float((s.ops.get(name) or {}).get(field, 0.0)) for s in found) / len(found)
+                  for field in fields} for name in names}
+    return Summary(ops, slowest.rank, slowest.steps)
+
+
+def overhead(step_times: Sequence[float], first: int, count: int) -> float | None:
+    """How much slower the profiled steps ran than the launch's other steps after the warm-up (the profiler's own
+    cost, on the step it measures); None where there are no steps beside them."""
+    profiled = step_times[first:first + count]
+    others = step_times[first + count:]
+    if not profiled or not others:
+        return None
+    return statistics.median(profiled) / statistics.median(others) - 1
+
+
+def waiting(summary: Summary) -> float:
+    """The step's time in collectives (``c10d::`` operators): on a rank, mostly its wait for the others."""
+    return sum(summary.time_us(name) for name in summary.ops if name.startswith(COLLECTIVES))
+
+
+def diff(reference: Summary, current: Summary, top: int = TOP) -> list[dict[str, Any]]:
+    """The operators whose share of the step grew most, most first: each one's time per step beyond what it would
+    take had it grown as the whole step did (``excess_us``), named where that is at least NOISE_SHARE of the step.
+    Shares, not times: a neighbour on the cores slows every operator alike, a code change the one it changed.
+    Collectives are left to ``waiting``: their time is the wait for the other ranks, which a neighbour moves by more
+    than the code does."""
+    computing = [name for name in set(reference.ops) | set(current.ops) if not name.startswith(COLLECTIVES)]
+    before_total = sum(reference.time_us(name) for name in computing)
+    after_total = sum(current.time_us(name) for name in computing)
+    scale = after_total / before_total if before_total else 1.0
+    growth = current.step_us - reference.step_us
+    rows = []
+    for name in computing:
+        before, after = reference.time_us(name), current.time_us(name)
+        excess = after - before * scale
+        if excess < NOISE_SHARE * after_total:
+            continue
+        rows.append({"op": name, "kind": "added" if name not in reference.ops else "slower", "before_us": before,
+                     "after_us": after, "excess_us": excess,
+                     "share": (after - before) / growth if growth > 0 and after > before else None,
+                     "calls_before": float((reference.ops.get(name) or {}).get("calls", 0.0)),
+                     "calls_after": float((current.ops.get(name) or {}).get("calls", 0.0))})
+    return sorted(rows, key=lambda row: row["excess_us"], reverse=True)[:top]
+
+
+def describe(rows: Sequence[Mapping[str, Any]], reference: Summary, current: Summary,
+             cost: float | None = None) -> list[str]:
+    """The "what got slower" lines of a FAIL message; ``cost``: the profiler's own on this side's steps."""
+    slowed = f"; the profiler slowed its steps {cost:+.0%}" if cost is not None else ""
+    head = (f"what got slower (torch.profiler, self time per step, the ranks' mean; slowest rank {current.rank}: "
+            f"{reference.step_us / 1e3:.1f} -> {current.step_us / 1e3:.1f} ms, of which in collectives "
+            f"{waiting(reference) / 1e3:.1f} -> {waiting(current) / 1e3:.1f} ms{slowed})")
+    if not rows:
+        return [f"{head}: no operator grew by {NOISE_SHARE:.0%} of the step or more"]
+    lines = [head + ":"]
+    for row in rows:
+        share = f", {row['share']:.0%} of the growth" if row["share"] is not None else ""
+        calls = f", calls {row['calls_before']:g} -> {row['calls_after']:g}" \
+            if row["kind"] == "slower" and row["calls_before"] != row["calls_after"] else ""
+        lines.append(f"    {row['op']}: {row['before_us'] / 1e3:.2f} -> {row['after_us'] / 1e3:.2f} ms"
+                     f" ({row['kind']}{share}{calls})")
+    return lines
