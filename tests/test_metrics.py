@@ -33,6 +33,8 @@ def test_the_window_splits_into_consecutive_windows_whose_times_add_up_to_it():
     assert "cpu_seconds_per_sample" not in parts[0], "steps with no CPU time give no CPU clock"
     assert metrics.windows(records, warmup=2, world_size=2, count=5) == [], "fewer than 2 steps a window"
     assert metrics.windows(records, warmup=2, world_size=2, count=1) == []
+    stamped = run([9.0, 9.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0])
+    assert metrics.windows(stamped, warmup=2, world_size=2, count=3) == [], "a window with no time measures nothing"
 
 
 def test_total_time_is_the_mmoclip_definition_every_step_but_the_first():

@@ -89,7 +89,7 @@ def test_a_planted_slowdown_on_a_faster_machine_still_fails():
     this = simulate(rng, speed=math.log(1.3), effect=math.log(1.25), tau=0.0)
     effect = model.estimate(this, baseline, stored, clock="cpu", kind="cpu", tolerance=0.05)
     assert this.mean - baseline.mean < math.log(1.1)
-    assert effect.change == pytest.approx(0.25, abs=0.05)
+    assert effect.worse == pytest.approx(0.25, abs=0.05)
     assert effect.verdict == "FAIL"
 
 
@@ -114,7 +114,8 @@ def effect(estimate, se, tolerance=0.05, quantile=2.0, between_sessions=0.0):
 @pytest.mark.parametrize("change, se, between_sessions, verdict", [
     (0.20, 0.05, 0.0, "FAIL"),           # 0.18 - 0.10 above 0.05
     (0.12, 0.05, 0.0, "unresolved"),     # the interval straddles the tolerance, and more launches would narrow it
-    (0.12, 0.05, 0.9, "pass"),           # it straddles it, but the spread between sessions keeps it so
+    (0.12, 0.05, 0.9, "unresolved"),     # the spread between sessions keeps it straddling, the estimate beyond
+    (0.03, 0.05, 0.9, "pass"),           # the same, the estimate within it: the figure says what it can catch
     (0.00, 0.02, 0.0, "pass"),           # below it
     (-0.20, 0.05, 0.0, "stale"),         # below its negative
     (0.00, 0.05, 0.0, "unresolved"),     # unchanged, but launches enough could still rule out what matters
@@ -137,11 +138,22 @@ def test_more_launches_buy_only_the_within_session_share():
     one = Effect(0.0, 0.0, 2.0, 0.05, Components(0.03 ** 2, 0.04 ** 2, 0.02 ** 2), (), (), "x", 3, 2.0, 0.0)
     assert one.se_after(launches=100) == pytest.approx(0.03, rel=0.05)
     assert one.se_after(launches=1) < one.se_after() and one.se_after(windows=2) < one.se_after()
+    assert effect(math.log1p(0.08), 0.05).another_launch_pays()
+    assert not effect(math.log1p(0.08), 0.05, between_sessions=0.99).another_launch_pays(), "tau is all there is"
+    assert not effect(math.log1p(0.30), 0.05).another_launch_pays(), "a FAIL is decided"
+
+
+def test_a_higher_is_better_metrics_change_is_recorded_as_the_values_own():
+    """The model's effect is how much worse; the record's change is the value's: a rate 20 % worse is 1/1.2 of it."""
+    slower = effect(math.log1p(0.2), 0.05)
+    change, (low, high) = slower.as_change("higher")
+    assert change == pytest.approx(1 / 1.2 - 1) and low < change < high < 0
+    assert slower.as_change("lower") == (pytest.approx(0.2), slower.interval)
 
 
 def test_the_message_states_the_change_interval_basis_and_the_figure():
     text = effect(math.log1p(0.12), 0.05).describe()
-    assert text == "+12.0% (interval +1.3% to +23.8%, tolerance 5.0%; from the prior; catches 24%)", text
+    assert text == "+12.0% worse (interval +1.3% to +23.8%, tolerance 5.0%; from the prior; catches 24%)", text
 
 
 def test_one_launch_a_side_takes_the_priors_spread_for_the_launches():

@@ -62,7 +62,7 @@ def test_a_slowdown_fails_naming_its_interval_and_the_figure_it_catches(tmp_path
     with pytest.raises(CaseFailed) as failed:
         checker.check()
     message = str(failed.value)
-    assert re.match(r"w-c-cpu: performance regression on k\n  samples_per_second: \+42\.\d% \(interval \+\d+\.\d% to "
+    assert re.match(r"w-c-cpu: performance regression on k\n  samples_per_second: \+42\.\d% worse \(interval \+\d+\.\d% to "
                     r"\+\d+\.\d%, tolerance 5\.0%; from 13 sessions; catches \d+%\)\n", message), message
     assert "machine-speed probe now vs when the baseline was measured: probe_matmul_gflops 70 vs 70 (+0.0%)" in message
 
@@ -84,8 +84,8 @@ def test_a_verdict_more_launches_could_decide_launches_again_up_to_the_cap_then_
     with pytest.warns(UnresolvedVerdictWarning) as warned:
         assert checker.check().verdict == "unresolved"
     assert measurer.launches == 5
-    assert "an interval still straddles its tolerance after 5 launches, and more would narrow it" in str(
-        warned[0].message)
+    assert ("an interval still straddles its tolerance after 5 launches, and more launches would narrow it: they would "
+            "decide it (--perf-max-repeats)") in str(warned[0].message)
     checker, measurer = gate(tmp_path, [97.0, 92.0, 95.0, 96.0, 91.0], stored=sessions(spread=0.002),
                              fail_unresolved=True)
     with pytest.raises(CaseFailed, match="unresolved on k"):
@@ -107,3 +107,13 @@ def test_a_budget_that_stops_the_launches_it_wants_says_so(tmp_path):
     with pytest.warns(UnresolvedVerdictWarning, match="launch 4 needs about 30 s"):
         assert checker.check().verdict == "unresolved"
     assert measurer.launches == 3 and measurer.result.budget_stop.startswith("--perf-budget: w-c-cpu stopped after 3")
+
+
+def test_a_slowdown_the_sessions_spread_hides_stays_unresolved_however_many_launches(tmp_path):
+    """Sessions 10 % apart, a session 12 % slower: no number of launches narrows the interval enough, so it is
+    launched no more than planned, and it is not a pass."""
+    checker, measurer = gate(tmp_path, [88.0, 88.5, 87.5, 88.0, 88.0], stored=sessions(spread=0.10))
+    with pytest.warns(UnresolvedVerdictWarning, match="the spread between sessions here keeps it so however many "
+                                                      "launches run"):
+        assert checker.check().verdict == "unresolved"
+    assert measurer.launches == 3

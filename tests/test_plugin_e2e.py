@@ -237,7 +237,7 @@ def planted_session_against_a_fresh_baseline(suite):
     planted.assert_outcomes(failed=1)
     planted.stdout.fnmatch_lines([
         "*PLANTED SLOWDOWN 100%*",
-        "*what got slower (torch.profiler, self time per step, the ranks' mean; slowest rank *",
+        "*what got slower (torch.profiler, self time per step, the mean over the ranks, the slowest rank *",
         "*perfgate.planted_slowdown: * ms (*",
         "*unet3d-noise-cpu*FAIL*",
         "window share: *% of the session's launch time (* s measured of * s in 2 launch(es))*",

@@ -30,8 +30,8 @@ def test_the_operators_that_grew_most_are_named_with_their_share_of_the_growth()
     assert [(row["op"], row["kind"]) for row in rows] == [("aten::addmm", "slower"), ("aten::clone", "added")]
     assert rows[0]["share"] == pytest.approx(2000 / 2920)
     lines = profile_diff.describe(rows, summary(STEP), summary(slower))
-    assert lines[0] == ("what got slower (torch.profiler, self time per step, the ranks' mean; slowest rank 0: 9.8 -> "
-                        "12.7 ms, of which in collectives 1.5 -> 1.5 ms):")
+    assert lines[0] == ("what got slower (torch.profiler, self time per step, the mean over the ranks, the "
+                        "slowest rank 0: 9.8 -> 12.7 ms, of which in collectives 1.5 -> 1.5 ms):")
     assert lines[1] == "    aten::addmm: 2.00 -> 4.00 ms (slower, 68% of the growth)"
     assert lines[2] == "    aten::clone: 0.00 -> 0.90 ms (added, 31% of the growth)"
 
@@ -83,8 +83,8 @@ def test_a_fail_names_what_got_slower_against_the_profile_beside_the_baseline(tm
     with pytest.raises(CaseFailed) as failed:
         gate.check()
     message = str(failed.value)
-    assert ("what got slower (torch.profiler, self time per step, the ranks' mean; slowest rank 0: 9.8 -> 11.8 ms, of "
-            "which in collectives 1.5 -> 1.5 ms):\n"
+    assert ("what got slower (torch.profiler, self time per step, the mean over the ranks, the "
+            "slowest rank 0: 9.8 -> 11.8 ms, of which in collectives 1.5 -> 1.5 ms):\n"
             "    perfgate.planted_slowdown: 0.00 -> 2.00 ms (added, 100% of the growth)\nbaseline: ") in message
     assert measurer.profiled == 1 and len(measurer.measurement.runs) == 3, "the profiled launch is not judged"
     assert measurer.result.profile["rows"][0]["op"] == "perfgate.planted_slowdown"

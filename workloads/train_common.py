@@ -247,9 +247,11 @@ class StepProfile:
     def __init__(self, args: argparse.Namespace, env: Distributed) -> None:
         self.first, self.count, self.out, self.env = args.warmup, args.profile_steps, args.profile_dir, env
         self.profiler: torch.profiler.profile | None = None
+        self.profiled = 0
 
     def range(self, name: str) -> contextlib.AbstractContextManager:
-        """A named range while profiling; nothing, not even the range's own cost, otherwise."""
+        """A named range while profiling; otherwise an empty context, whose enter and exit cost well under a
+        microsecond a step."""
         return torch.profiler.record_function(name) if self.profiler is not None else contextlib.nullcontext()
 
     def step_begins(self, step: int) -> None:
@@ -261,7 +263,10 @@ class StepProfile:
             self.profiler.__enter__()
 
     def step_ended(self, step: int) -> None:
-        if self.profiler is not None and step == self.first + self.count - 1:
+        if self.profiler is None:
+            return
+        self.profiled += 1
+        if step == self.first + self.count - 1:
             self.close()
 
     def close(self) -> None:
@@ -270,13 +275,13 @@ class StepProfile:
             return
         profiler, self.profiler = self.profiler, None
         profiler.__exit__(None, None, None)
-        ops = {}
+        steps, ops = max(self.profiled, 1), {}
         for event in profiler.key_averages():
             device_us = getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
-            ops[event.key] = {"calls": event.count / self.count, "self_cpu_us": event.self_cpu_time_total / self.count,
-                              "self_device_us": device_us / self.count}
+            ops[event.key] = {"calls": event.count / steps, "self_cpu_us": event.self_cpu_time_total / steps,
+                              "self_device_us": device_us / steps}
         self.out.mkdir(parents=True, exist_ok=True)
-        summary = {"steps": self.count, "rank": self.env.rank, "device": self.env.device.type, "ops": ops}
+        summary = {"steps": steps, "rank": self.env.rank, "device": self.env.device.type, "ops": ops}
         (self.out / f"profile-rank{self.env.rank}.json").write_text(json.dumps(summary))
         profiler.export_chrome_trace(str(self.out / f"trace-rank{self.env.rank}.json"))
 

@@ -12,7 +12,6 @@ from perfgate.config.settings import Settings
 from perfgate.judge import baselines, profile_diff
 from perfgate.judge.gated import GatedMetrics
 from perfgate.launch import hardware
-from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, stats
 from perfgate.measure.budget import launch_costs
@@ -96,13 +95,15 @@ class BaselineUpdate:
     def profile_beside(self) -> None:
         """The new baseline's operators per step, beside it (profile_diff.beside), for a later FAIL's "what got
         slower": one more launch, never one of the baseline's runs. A case that cannot be profiled keeps none."""
+        kept = profile_diff.beside(self.where)
         try:
             summary = profile_diff.launch_summary(self.measurer.profile())
-        except (LaunchFailed, ValueError) as exc:
-            self.result.warn(ProfileNotRecordedWarning(f"{self.plan.run.key}: no profile recorded beside {self.where}: "
-                                                       f"{str(exc).splitlines()[0]}"))
+        except Exception as exc:  # the baseline is written: a profile that failed must not lose it
+            kept.unlink(missing_ok=True)
+            self.result.warn(ProfileNotRecordedWarning(f"{self.plan.run.key}: no profile recorded beside {self.where} "
+                                                       f"(and none kept from before): {profile_diff.first_line(exc)}"))
             return
-        baselines.write_json(profile_diff.beside(self.where), summary.reviewable().to_json())
+        baselines.write_json(kept, summary.reviewable().to_json())
 
     def new_baseline(self, measurement: Measurement, dropped: list[int]) -> baselines.Baseline:
         """The kept runs' medians, each with a fixed or noise-derived tolerance, and where they came from."""

@@ -20,7 +20,6 @@ from perfgate.judge import baselines, machine_drop, profile_diff, session_spread
 from perfgate.judge.baseline_update import BaselineUpdate
 from perfgate.judge.gated import GatedMetrics
 from perfgate.judge.session_spread import SessionSpread
-from perfgate.launch.diagnose import LaunchFailed
 from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, metrics, stats
 from perfgate.measure.budget import CaseBudget, SessionBudget
@@ -369,13 +368,13 @@ class Gate:
         try:
             directory = self.measurer.profile()
             current = profile_diff.launch_summary(directory)
-        except (LaunchFailed, ValueError) as exc:
-            return f"what got slower: not profiled ({str(exc).splitlines()[0]})\n"
+        except Exception as exc:  # what got slower only explains a FAIL: nothing in it may lose the FAIL
+            return f"what got slower: not profiled ({profile_diff.first_line(exc)})\n"
         cost = self.profiler_cost(directory, current.steps)
         try:
             reference = self.reference.profile()
-        except (LaunchFailed, ValueError) as exc:
-            reference, why = None, str(exc).splitlines()[0]
+        except Exception as exc:
+            reference, why = None, profile_diff.first_line(exc)
         else:
             why = "" if reference is not None else self.reference.no_profile
         launch_s = time.monotonic() - began

@@ -43,6 +43,8 @@ FALLBACK = (WALL_MATMUL,)
 NOMINAL_LAUNCHES = 3
 """The launches behind a stored session's median, which the file does not record (make perf's default)."""
 POWER = 0.9
+MIN_GAIN = 0.03
+"""The least share of the standard error one more launch must take off to be launched."""
 """The chance with which the stated figure is caught."""
 ALPHA = 0.05
 
@@ -174,33 +176,48 @@ class Effect:
 
     @property
     def interval(self) -> tuple[float, float]:
-        """As relative changes (+0.05: 5 % worse)."""
+        """How much worse, as relative changes (+0.05: 5 % worse), at each side's alpha / m."""
         return (math.expm1(self.estimate - self.quantile * self.se), math.expm1(self.estimate + self.quantile * self.se))
 
     @property
-    def change(self) -> float:
+    def worse(self) -> float:
+        """How much worse, as a relative change (+0.05: 5 % worse)."""
         return math.expm1(self.estimate)
+
+    def as_change(self, better: str) -> tuple[float, tuple[float, float]]:
+        """The change of the value itself and its interval, as the record's rows hold them (+0.05: 5 % higher)."""
+        if better == "lower":
+            return self.worse, self.interval
+        low, high = self.interval
+        return 1 / (1 + self.worse) - 1, (1 / (1 + high) - 1, 1 / (1 + low) - 1)
 
     @property
     def verdict(self) -> str:
-        """FAIL or stale where the interval lies beyond the tolerance; pass where it lies below it, or where it would
-        straddle it however many launches were added (the spread between sessions keeps it wide: the figure says what
-        such a pass can catch); unresolved where more launches could still decide it."""
+        """FAIL or stale where the interval lies beyond the tolerance; pass where it lies below it; unresolved while
+        it straddles it. Where no number of launches could narrow it enough (the spread between sessions keeps it
+        wide), a change estimated within the tolerance passes, saying what it could catch, and one beyond it stays
+        unresolved."""
         low, high = self.interval
         if low > self.tolerance:
             return "FAIL"
         if high < -self.tolerance:
             return "stale"
-        if high <= self.tolerance or self.undecidable:
+        if high <= self.tolerance or (self.undecidable and self.estimate <= math.log1p(self.tolerance)):
             return "pass"
         return "unresolved"
 
     @property
     def undecidable(self) -> bool:
         """Whether the interval would straddle the tolerance with only the session's own spread and the prediction's
-        left in it."""
+        left in it: more launches cannot decide it."""
         margin = self.quantile * math.sqrt(self.components.between_sessions + self.prediction_var)
         return abs(self.estimate - math.log1p(self.tolerance)) <= margin
+
+    def another_launch_pays(self) -> bool:
+        """Whether one more launch could still decide an unresolved verdict and takes MIN_GAIN off its standard
+        error."""
+        return self.verdict == "unresolved" and not self.undecidable and \
+            self.se_after(launches=1) <= (1 - MIN_GAIN) * self.se
 
     @property
     def catchable(self) -> float:
@@ -218,7 +235,7 @@ class Effect:
 
     def describe(self) -> str:
         low, high = self.interval
-        return (f"{self.change:+.1%} (interval {low:+.1%} to {high:+.1%}, tolerance {self.tolerance:.1%}; from "
+        return (f"{self.worse:+.1%} worse (interval {low:+.1%} to {high:+.1%}, tolerance {self.tolerance:.1%}; from "
                 f"{self.basis}; catches {self.catchable:.0%})")
 
 

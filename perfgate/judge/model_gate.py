@@ -1,7 +1,10 @@
 """A stored baseline judged by the verdict's model (``--perf-verdict model``): one estimate per gated metric from the
 baseline's launches, the sessions stored with it and the results history's, and this session's launches, with the
-machine-speed probe as the covariate (judge/model.py). It launches again while a metric is unresolved, that is,
-while more launches could still decide it, up to the cap and where --perf-budget lets it.
+machine-speed probe as the covariate (judge/model.py). It launches again while one more launch could still
+decide an unresolved metric (model.Effect.another_launch_pays), up to the cap and where --perf-budget lets it.
+
+It reads launches, not their windows (metrics.windows), until baselines keep their launches' windows too: a
+launch's own value and a window's are of different lengths, so neither stands for the other.
 
 It stands beside the rules of gate.Gate until live sessions have proven it there (issue 71); the guards stay
 Gate's: no baseline, another workload version, another CPU's kernels, the planted slowdown's check, the budget.
@@ -16,10 +19,8 @@ from perfgate.judge.baselines import StoredSession
 from perfgate.judge.gate import Gate, UnresolvedVerdictWarning
 from perfgate.measure.measurer import Measurement
 from perfgate.measure.metrics import METRICS
+from perfgate.outcome import CaseFailed
 from perfgate.result import Result
-
-DECIDED = ("FAIL", "stale", "pass")
-
 
 class ModelGate(Gate):
     """Gate with the model's verdict on a stored baseline; ``sessions``: the results history's unchanged sessions of
@@ -35,16 +36,21 @@ class ModelGate(Gate):
         self.gated.note_ungated([name for name in plan.run.gated if name not in baseline.metrics],
                                 f"its reference ({self.reference.where}) has none (it is from before the metric); "
                                 f"{self.reference.remedy}")
+        unmeasured = [name for name in baseline.metrics if not measurement.values(name)]
+        if unmeasured:
+            raise CaseFailed(f"{plan.run.key}: the runs measured no {', '.join(unmeasured)}, which "
+                             f"{self.reference.where} gates: the workload no longer records it, or its records changed")
         stored = sessions_of(baseline, self.history_sessions(baseline))
         while True:
             effects = self.effects(baseline, measurement, stored)
-            undecided = any(effect.verdict not in DECIDED for effect in effects.values())
-            if not undecided or not self.may_measure_more(measurement, cap):
+            pays = any(effect.another_launch_pays() for effect in effects.values())
+            if not pays or not self.may_measure_more(measurement, cap):
                 break
             self.launch(cap)
         result.metrics = [self.row(metric, effect, baseline, measurement) for metric, effect in effects.items()]
-        self.check_plant(baselines.judge(baseline, {m: measurement.values(m) for m in effects}, self.compare),
-                         measurement)
+        if self.settings.inject_slowdown:
+            self.check_plant(baselines.judge(baseline, {m: measurement.values(m) for m in effects}, self.compare),
+                             measurement)
         verdicts = [effect.verdict for effect in effects.values()]
         planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
                    if self.settings.inject_slowdown else "")
@@ -55,10 +61,13 @@ class ModelGate(Gate):
             if self.budget is not None and self.budget.stopped:
                 return self.out_of_budget(f"{planted}\n{details}")
             result.conclude("unresolved")
+            open_ = [effect for effect in effects.values() if effect.verdict == "unresolved"]
+            why = ("more launches would narrow it: they would decide it (--perf-max-repeats)"
+                   if any(not effect.undecidable for effect in open_) else
+                   "the spread between sessions here keeps it so however many launches run")
             return self.say_unresolved(UnresolvedVerdictWarning(
                 f"{plan.run.key}: unresolved on {plan.hardware_class}{planted}: an interval still straddles its "
-                f"tolerance after {len(measurement.runs)} launches, and more would narrow it\n{details}\n"
-                f"more launches would decide it (--perf-max-repeats); or {self.instead()}"))
+                f"tolerance after {len(measurement.runs)} launches, and {why}\n{details}\n{self.instead()}"))
         if "stale" in verdicts:
             return self.say_stale(f"{planted}: faster than {self.reference.where} by more than its tolerance, once "
                                   f"the machine's speed is weighed\n{details}")
@@ -86,9 +95,10 @@ class ModelGate(Gate):
     def row(self, metric: str, effect: model.Effect, baseline: baselines.Baseline,
             measurement: Measurement) -> dict[str, Any]:
         reference = baseline.metrics[metric]
+        change, interval = effect.as_change(reference.better)
         return {"metric": metric, "unit": self.gated.unit(metric), "measured": measurement.medians()[metric],
-                "baseline": reference.value, "change": effect.change, "tolerance": effect.tolerance,
-                "ci": list(effect.interval), "runs": effect.launches, "verdict": effect.verdict,
+                "baseline": reference.value, "change": change, "tolerance": effect.tolerance,
+                "ci": list(interval), "runs": effect.launches, "verdict": effect.verdict,
                 "against_baseline": effect.verdict, "run_values": measurement.values(metric),
                 "baseline_runs": list(reference.samples), "catchable": effect.catchable, "basis": effect.basis,
                 "covariates": list(effect.covariates), "slopes": list(effect.slopes),

@@ -20,7 +20,8 @@ NOISE_SHARE = 0.05
 """An operator whose time per step grew beyond the step's own growth by less than this share of the step is not
 named: two profiles of unchanged code differ by that much (tests/test_profile_launch.py, beside other launches)."""
 SUMMARY = "profile-rank{rank}.json"
-COLLECTIVES = ("c10d::", "nccl:", "gloo:")
+COLLECTIVES = ("c10d::", "nccl", "gloo:")
+"""Operators and kernels of collectives: c10d's ops, and NCCL's device kernels (``ncclDevKernel_...``)."""
 KEPT_SHARE = 0.001
 """The least share of the step an operator of a baseline's profile summary takes to be listed by name."""
 OTHERS = "(the others, each under 0.1 % of the step)"
@@ -62,9 +63,20 @@ class Summary:
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> Summary:
-        if not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
-            raise ProfileError(f"{where}: not a profile summary (expected {{\"steps\", \"rank\", \"ops\"}})")
-        return cls(data["ops"], int(data.get("rank", 0)), int(data.get("steps", 1)))
+        fields = ("calls", "self_cpu_us", "self_device_us")
+        if (not isinstance(data, dict) or not isinstance(data.get("ops"), dict)
+                or not isinstance(data.get("rank", 0), int) or not isinstance(data.get("steps", 1), int)
+                or not all(isinstance(op, dict) and all(isinstance(op.get(f, 0.0), (int, float)) for f in fields)
+                           for op in data["ops"].values())):
+            raise ProfileError(f"{where}: not a profile summary (expected {{\"steps\": N, \"rank\": R, \"ops\": "
+                               "{name: {\"calls\", \"self_cpu_us\", \"self_device_us\"}}})")
+        return cls(data["ops"], data.get("rank", 0), data.get("steps", 1))
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line, or its type where it says nothing."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def beside(baseline_file: Path) -> Path:
@@ -131,7 +143,9 @@ def diff(reference: Summary, current: Summary, top: int = TOP) -> list[dict[str,
         excess = after - before * scale
         if excess < NOISE_SHARE * after_total:
             continue
-        rows.append({"op": name, "kind": "added" if name not in reference.ops else "slower", "before_us": before,
+        kind = ("slower" if name in reference.ops else "new, or under 0.1 % of the step before"
+                if OTHERS in reference.ops else "added")
+        rows.append({"op": name, "kind": kind, "before_us": before,
                      "after_us": after, "excess_us": excess,
                      "share": (after - before) / growth if growth > 0 and after > before else None,
                      "calls_before": float((reference.ops.get(name) or {}).get("calls", 0.0)),
@@ -143,8 +157,8 @@ def describe(rows: Sequence[Mapping[str, Any]], reference: Summary, current: Sum
              cost: float | None = None) -> list[str]:
     """The "what got slower" lines of a FAIL message; ``cost``: the profiler's own on this side's steps."""
     slowed = f"; the profiler slowed its steps {cost:+.0%}" if cost is not None else ""
-    head = (f"what got slower (torch.profiler, self time per step, the ranks' mean; slowest rank {current.rank}: "
-            f"{reference.step_us / 1e3:.1f} -> {current.step_us / 1e3:.1f} ms, of which in collectives "
+    head = (f"what got slower (torch.profiler, self time per step, the mean over the ranks, the slowest rank "
+            f"{current.rank}: {reference.step_us / 1e3:.1f} -> {current.step_us / 1e3:.1f} ms, of which in collectives "
             f"{waiting(reference) / 1e3:.1f} -> {waiting(current) / 1e3:.1f} ms{slowed})")
     if not rows:
         return [f"{head}: no operator grew by {NOISE_SHARE:.0%} of the step or more"]

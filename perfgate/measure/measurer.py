@@ -192,6 +192,7 @@ class Measurer:
                 records = dataclasses.replace(records, flops=measurement.flops)
             measurement.flops = records.flops
             measured = metrics.compute(records, plan.warmup, plan.world_size).as_dict()
+            windows = metrics.windows(records, plan.warmup, plan.world_size, plan.run.flavour.windows)
             self.last_records = records
         except metrics.DivergedError as exc:
             result.conclude("diverged")
@@ -203,7 +204,7 @@ class Measurer:
         run = {
             "run": index,
             "metrics": measured,
-            "windows": metrics.windows(records, plan.warmup, plan.world_size, plan.run.flavour.windows),
+            "windows": windows,
             "step_times_s": [s.step_s for s in records.steps],
             "data_times_s": [s.data_s for s in records.steps],
             "time_s": metrics.time_accounting(records, plan.warmup, launched_at, finished_at),

@@ -239,7 +239,7 @@ WINDOWED = ("samples_per_second", "steady_samples_per_second", "fastest_step_sam
 def windows(records: RunRecords, warmup: int, world_size: int | None, count: int) -> list[dict[str, float]]:
     """The measured window split into ``count`` consecutive windows of whole steps (the last takes what is left, so
     their times add up to the window's), each with its WINDOWED metrics; none where there are fewer steps than
-    two per window."""
+    two per window, or where a window has no time to measure (a log that stamps several steps at once)."""
     steps = records.steps[warmup:]
     size = len(steps) // count if count > 1 else 0
     if size < 2:
@@ -247,7 +247,10 @@ def windows(records: RunRecords, warmup: int, world_size: int | None, count: int
     parts = [steps[i * size:(i + 1) * size] for i in range(count - 1)] + [steps[(count - 1) * size:]]
     found = []
     for part in parts:
-        measured = compute(replace(records, steps=part, probe=None), 0, world_size).as_dict()
+        try:
+            measured = compute(replace(records, steps=part, probe=None), 0, world_size).as_dict()
+        except (MetricsError, ValueError):
+            return []
         found.append({name: measured[name] for name in WINDOWED if measured[name] is not None})
     return found
 

@@ -60,9 +60,10 @@ class SessionHistory:
             return {}
 
     def sessions(self, baseline: Baseline) -> list[StoredSession]:
-        """The case's unchanged sessions here since ``baseline`` was measured, as ``perfgate store-sessions`` keeps
-        them (every judged one, a FAIL too), for the verdict's model; none where the history cannot be read, which
-        is said once, as for the spreads."""
+        """The case's unchanged sessions here since ``baseline`` was measured, for the verdict's model: those the
+        gate let through (ACCEPTED), as ``perfgate store-sessions`` keeps them; none where the history cannot be
+        read, which is said once, as for the spreads. A FAIL is left out here, unlike in a reviewed baseline file: a
+        regression that stays would otherwise become the sessions' level."""
         from perfgate.trend.store_sessions import unchanged_sessions, utc
 
         if self.unreadable:
@@ -77,16 +78,17 @@ class SessionHistory:
         try:
             points = database.points([self.case], self.hardware_class, branch=self.branch)
             paired = database.compared_with_a_reference(self.case, self.hardware_class)
-        except DatabaseError as exc:
+        except (DatabaseError, OSError) as exc:
             self._unread(exc)
             return []
         finally:
             database.close()
         try:
-            start = utc(datetime.datetime.fromisoformat(str(baseline.provenance["date"])))
+            start = utc(datetime.datetime.fromisoformat(str(baseline.provenance["date"]).replace("Z", "+00:00")))
         except (KeyError, ValueError):
             start = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
-        return [session for session, _ in unchanged_sessions(points, baseline, paired, start)]
+        return [session for session, verdict in unchanged_sessions(points, baseline, paired, start)
+                if verdict in ACCEPTED]
 
     def _unread(self, exc: Exception) -> None:
         self.unreadable = True
