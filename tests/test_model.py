@@ -98,7 +98,7 @@ def test_with_no_stored_session_the_prior_judges():
     baseline, this = simulate(rng, launches=7, tau=0.0), simulate(rng, tau=0.0)
     effect = model.estimate(this, baseline, [], clock="wall", kind="cpu", tolerance=0.06)
     prior = model.PRIORS["cpu", "wall"]
-    assert effect.basis == "the prior" and effect.covariates == (MATMUL,)
+    assert effect.basis == "the prior" and effect.covariates == (MATMUL_CPU,)
     assert effect.components.between_sessions == pytest.approx(prior.tau ** 2)
     assert effect.se > math.sqrt(2) * prior.tau, "this session's and the baseline's own session each stray by tau"
     gpu = model.estimate(this, baseline, [], clock="wall", kind="gpu", tolerance=0.02)
@@ -162,3 +162,17 @@ def test_one_launch_a_side_takes_the_priors_spread_for_the_launches():
     effect = model.estimate(this, baseline, [], clock="wall", kind="gpu", tolerance=0.02)
     assert effect.components.between_launches == pytest.approx(model.PRIORS["gpu", "wall"].tau ** 2)
     assert effect.verdict != "FAIL", "5 % worse, against a 2 % tolerance, is not proven by one launch a side"
+
+
+def test_the_prior_weighs_the_machine_by_cpu_time_not_a_neighbours_turns():
+    """A baseline measured beside two busy processes (the wall-clock matmul 48, by CPU time 97) and a quiet session
+    (100 and 101) whose fastest step read 14 % faster: by the wall clock alone the prior expected it 65 % faster and
+    would FAIL it; by CPU time the machine barely moved, and it passes."""
+    baseline = Session(tuple((v,) for v in (0.0, 0.02, -0.02, 0.01, -0.01)),
+                       {MATMUL: 48.3, MATMUL_CPU: 97.2})
+    quiet = Session(tuple((math.log(1 / 1.14) + v,) for v in (0.0, 0.02, -0.02)), {MATMUL: 100.5, MATMUL_CPU: 100.8})
+    effect = model.estimate(quiet, baseline, [], clock="wall", kind="cpu", tolerance=0.06)
+    assert effect.covariates == (MATMUL_CPU,) and effect.verdict != "FAIL"
+    wall_only = model.estimate(Session(quiet.launches, {MATMUL: 100.5}), Session(baseline.launches, {MATMUL: 48.3}),
+                               [], clock="wall", kind="cpu", tolerance=0.06)
+    assert wall_only.covariates == (MATMUL,) and wall_only.verdict == "FAIL", "what the wall clock alone would say"

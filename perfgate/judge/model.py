@@ -40,6 +40,11 @@ COVARIATES = {"wall": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps", NEIGHBO
 """Which readings move a metric of each clock, where every session has them. Sessions stored before the CPU-time
 readings were kept have the wall-clock matmul alone, which then stands in for all of them (FALLBACK)."""
 FALLBACK = (WALL_MATMUL,)
+PRIOR_COVARIATES = ("probe_matmul_cpu_gflops", WALL_MATMUL)
+"""What the prior's slope is applied to, the first both sessions have: the CPU-time matmul reads the machine's
+speed whatever a neighbour takes, which the wall-clock one also reads (a baseline measured beside two busy processes
+read 48 GFLOP/s by the wall clock and 97 by CPU time, and a quiet session 100 and 101: by the wall clock alone, the
+prior expected the quiet session's fastest step 65 % faster, and FAILed it)."""
 NOMINAL_LAUNCHES = 3
 """The launches behind a stored session's median, which the file does not record (make perf's default)."""
 POWER = 0.9
@@ -52,7 +57,8 @@ ALPHA = 0.05
 @dataclass(frozen=True)
 class Prior:
     """What a clone with no sessions assumes: the between-session spread (log sd) and how the metric moves with the
-    wall-clock matmul (slope per log of its ratio, and its uncertainty)."""
+    machine's speed (slope per log of the matmul's ratio, and its uncertainty), fitted on the wall-clock matmul, the
+    one reading every committed session has."""
 
     tau: float
     slope: float
@@ -265,8 +271,8 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
         slopes, basis = tuple(float(b) for b in fitted[1:]), f"{len(sessions)} sessions"
     else:
         prior = PRIORS[kind, clock]
-        names = FALLBACK if all(WALL_MATMUL in s.probes for s in (baseline, this)) else ()
-        x_this = math.log(reading(this, WALL_MATMUL) / reading(baseline, WALL_MATMUL)) if names else 0.0
+        names = next(((name,) for name in PRIOR_COVARIATES if all(name in s.probes for s in (baseline, this))), ())
+        x_this = math.log(reading(this, names[0]) / reading(baseline, names[0])) if names else 0.0
         tau2 = prior.tau ** 2
         predicted = baseline.mean + prior.slope * x_this
         prediction_var = tau2 + launch_var / len(baseline.launches) + (x_this * prior.slope_sd) ** 2
