@@ -136,3 +136,28 @@ def test_the_profilers_own_cost_is_its_steps_against_the_launchs_others():
     line = profile_diff.describe([], summary(STEP), summary(STEP), cost=0.2)[0]
     assert line.endswith("of which in collectives 1.5 -> 1.5 ms; the profiler slowed its steps +20%): no operator "
                          "grew by 5% of the step or more")
+
+
+def test_perf_profile_profiles_a_case_that_passes_too(tmp_path):
+    plan = make_plan(tmp_path)
+    baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", {
+        METRIC: MetricBaseline(100.0, "higher", 0.05, "samples/s", (98.0, 99.0, 100.0, 101.0, 102.0))},
+        provenance={"measured": {}}, workload_version="1"))
+    baselines.write_json(profile_diff.beside(plan.baseline_file), summary(STEP).to_json())
+    grown = {**STEP, "aten::addmm": 3000.0}
+    for profile, rows in ((False, None), (True, ["aten::addmm"])):
+        measurer = FakeMeasurer(plan, [100.0, 100.5, 99.5], profiles=[{0: grown}])
+        result = Gate(plan, Settings(repeats=3, profile=profile), measurer, StoredBaseline(plan.baseline_file),
+                      root=plan.spec.workdir, nvml=lambda: (None, "")).check()
+        assert result.verdict == "pass" and measurer.profiled == int(profile)
+        assert (result.profile and [row["op"] for row in result.profile["rows"]]) == rows
+
+
+def test_an_ab_reference_is_profiled_by_a_launch_of_its_own(tmp_path):
+    from perfgate.judge.ab import RevisionReference
+    from perfgate.judge.revision import Revision
+
+    plan = make_plan(tmp_path)
+    side = FakeMeasurer(plan, [], profiles=[{0: STEP, 1: STEP}])
+    reference = RevisionReference(Revision("HEAD~1", "0" * 40, tmp_path), side, plan, 0.02)
+    assert reference.profile().time_us("aten::addmm") == 2000.0 and side.profiled == 1

@@ -55,6 +55,8 @@ def test_an_unchanged_builds_diff_names_nothing_and_a_plant_names_itself(tmp_pat
     """Serial: beside another test's launches, the compute-bound operators slow more than the rest (aten::mm read
     1.98 against 3.91 ms a step), which no share of the step tells from a change; quiet, two profiles agree."""
     first = profiled(tmp_path / "first", "none")
+    traces = sorted(path.name for path in (tmp_path / "first" / "none" / "profile").glob("trace-rank*.json"))
+    assert traces == ["trace-rank0.json", "trace-rank1.json"], "each rank's trace, for Perfetto"
     assert profile_diff.diff(first, profiled(tmp_path / "again", "none")) == []
     rows = profile_diff.diff(first, profiled(tmp_path / "planted", "none", "--inject-slowdown", "0.5"))
     assert rows[0]["op"] == "perfgate.planted_slowdown", rows

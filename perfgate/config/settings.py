@@ -199,6 +199,9 @@ OPTIONS = (
            "steps (default: they are deselected, as the summary says)"),
     Option("--perf-min-gpu-util", "min_gpu_util", "flag a GPU case whose mean GPU utilisation (NVML, over the "
            "measured window, the least busy GPU) is below this fraction (default: 0.9)", fraction, 0.9, "FRACTION"),
+    Option("--perf-profile", "profile", "profile every case, not only a FAIL: one more launch of each side, never "
+           "judged, records torch.profiler over a few steps, and the record, summary.md and the run page list the "
+           "operators whose time per step grew most against the reference's (docs/what-got-slower.md)"),
     Option("--perf-verdict", "verdict", "how a stored baseline's verdict is decided: " + "; ".join(
            f"{name}: {what}" for name, what in VERDICTS.items()) + " (default: rules)", verdict, "rules", "NAME"),
     Option("--perf-calibrate", "calibrate", "judge the code relative to the machine's speed at the time: scale the "
@@ -301,6 +304,7 @@ class Settings:
     min_gpu_util: float = 0.9
     calibrate: bool = False
     verdict: str = "rules"
+    profile: bool = False
     force_baseline_update: bool = False
     against: str | None = None
     against_python: str | None = None

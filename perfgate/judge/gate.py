@@ -185,7 +185,10 @@ class Gate:
         measurement = self.measure_planned(settings.repeats, baseline.provenance.get("launch_s"))
         if not measurement.runs:
             return self.out_of_budget("")
-        return self.judge(baseline, measurement)
+        result = self.judge(baseline, measurement)
+        if settings.profile:
+            self.what_got_slower()
+        return result
 
     def measure_planned(self, planned: int, expected: dict[str, float] | None = None) -> Measurement:
         """The case's planned launches, as many as --perf-budget lets start (``expected``: its baseline's launch

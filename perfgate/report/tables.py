@@ -75,12 +75,13 @@ def budget_rows(results: Sequence[Result]) -> list[list[str]]:
 UPDATE_HEADER = ("case", "metric", "old", "new", "change", "new tolerance", "noise", "runs")
 
 
-SLOWER_HEADING = "what got slower in each FAIL (torch.profiler in a launch of each side that is not judged)"
+SLOWER_HEADING = ("what got slower in each FAIL, and in every case under --perf-profile (torch.profiler in a launch "
+                  "of each side that is not judged)")
 SLOWER_HEADER = ("case", "operator", "ms per step before", "after", "beyond the step's growth", "kind")
 
 
 def slower_rows(results: Sequence[Result]) -> list[list[str]]:
-    """Each FAIL's operators that grew most (judge/profile_diff.py)."""
+    """Each profiled case's operators that grew most (judge/profile_diff.py)."""
     return [[r.case, row["op"], f"{row['before_us'] / 1e3:.2f}", f"{row['after_us'] / 1e3:.2f}",
              f"+{row['excess_us'] / 1e3:.2f} ms", row["kind"]]
             for r in results if r.profile for row in r.profile["rows"]]
