@@ -63,16 +63,23 @@ class Prior:
     tau: float
     slope: float
     slope_sd: float
+    turns_slope: float = 0.0
+    """How the metric moves with the neighbour's turns (log of the matmul's wall time over its CPU time)."""
+    turns_slope_sd: float = 0.0
 
 
 PRIORS = {
-    ("cpu", "wall"): Prior(tau=0.056, slope=-0.68, slope_sd=0.12),  # 21 case files, 2026-12-07
-    ("cpu", "cpu"): Prior(tau=0.071, slope=-0.11, slope_sd=0.15),  # 21 case files, 2026-12-07
+    ("cpu", "wall"): Prior(tau=0.056, slope=-0.68, slope_sd=0.12, turns_slope=0.5, turns_slope_sd=0.5),
+    ("cpu", "cpu"): Prior(tau=0.071, slope=-0.11, slope_sd=0.15, turns_slope=0.0, turns_slope_sd=0.25),
     ("gpu", "wall"): Prior(tau=0.010, slope=0.0, slope_sd=0.05),
     ("gpu", "cpu"): Prior(tau=0.030, slope=0.0, slope_sd=0.25),
 }
-"""Fitted from the sessions committed in baselines/ by ``python benchmarks/verdict_model.py --priors`` (CPU); a
-GPU flavour's between-session spread is tight by assumption until GPU sessions are stored (issue 71)."""
+"""tau and the machine's slope fitted from the sessions committed in baselines/ (21 case files, 2026-12-07) by
+``python benchmarks/verdict_model.py --priors`` (CPU). The neighbour's turns are assumed, since no committed session
+kept a CPU-time reading: a wall-clock metric moves with them between not at all (a best-of step that still got whole
+cores) and one for one (steps long enough that none did: the U-Net's fastest step read 34-35 % slower beside two busy
+processes that took a third of the turns), so 0.5 +- 0.5; the CPU clock 0 +- 0.25. A GPU flavour's spread is tight
+by assumption until GPU sessions are stored (issue 71)."""
 
 
 @dataclass(frozen=True)
@@ -137,12 +144,15 @@ def within_session(sessions: Sequence[Session]) -> tuple[float, float]:
     return max(0.0, (ss_launches / df_launches - windows) / n0), windows
 
 
+def has_turns(session: Session) -> bool:
+    """Whether the session read the matmul by both clocks, whose ratio is the neighbour's turns."""
+    return WALL_MATMUL in session.probes and "probe_matmul_cpu_gflops" in session.probes
+
+
 def covariates(sessions: Sequence[Session], clock: str) -> tuple[str, ...]:
     """The readings of COVARIATES[clock] that every session has, else the wall-clock matmul where all have that."""
     def has(session: Session, name: str) -> bool:
-        if name == NEIGHBOUR_TURNS:
-            return WALL_MATMUL in session.probes and "probe_matmul_cpu_gflops" in session.probes
-        return name in session.probes
+        return has_turns(session) if name == NEIGHBOUR_TURNS else name in session.probes
 
     chosen = tuple(name for name in COVARIATES[clock] if all(has(s, name) for s in sessions))
     if chosen:
@@ -276,8 +286,14 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
         tau2 = prior.tau ** 2
         predicted = baseline.mean + prior.slope * x_this
         prediction_var = tau2 + launch_var / len(baseline.launches) + (x_this * prior.slope_sd) ** 2
+        slopes = (prior.slope,) if names else ()
+        if all(has_turns(s) for s in (baseline, this)):
+            x_turns = math.log(reading(this, NEIGHBOUR_TURNS) / reading(baseline, NEIGHBOUR_TURNS))
+            predicted += prior.turns_slope * x_turns
+            prediction_var += (x_turns * prior.turns_slope_sd) ** 2
+            names, slopes = (*names, NEIGHBOUR_TURNS), (*slopes, prior.turns_slope)
         quantile = float(scipy_stats.norm.ppf(1 - one_side))
-        slopes, basis = (prior.slope,) if names else (), "the prior"
+        basis = "the prior"
     components = Components(tau2, launch_var, window_var)
     se = math.sqrt(tau2 + prediction_var + launch_var / n + window_var / (n * windows))
     return Effect(this.mean - predicted, se, quantile, tolerance, components, names, slopes, basis, n, windows,
