@@ -42,7 +42,7 @@ from perfgate.judge.gate import machine_rules  # noqa: E402
 from perfgate.measure.metrics import CALIBRATION_PROBE  # noqa: E402
 from perfgate.result import Result  # noqa: E402
 from perfgate.trend.database import ResultsDatabase  # noqa: E402
-from perfgate.trend.store_sessions import JUDGED  # noqa: E402
+from perfgate.trend.sessions import JUDGED  # noqa: E402
 
 
 def sessions_of(url: str) -> dict[tuple[str, str], list[Result]]:

@@ -323,8 +323,8 @@ class ResultsDatabase:
         many where given), by id, each read as its schema version says; a row this perfgate cannot read is a
         DatabaseError that names it and why."""
         query = sa.select(RESULTS.c.id, RESULTS.c.record)
-        if newest is not None:
-            query = query.order_by(RESULTS.c.id.desc()).limit(newest)
+        # in id order: PostgreSQL returns an unordered select in whatever order its pages hold, SQLite in id order
+        query = query.order_by(RESULTS.c.id) if newest is None else query.order_by(RESULTS.c.id.desc()).limit(newest)
         if case is not None:
             query = query.where(RESULTS.c.case_id == case)
         if hardware_class is not None:

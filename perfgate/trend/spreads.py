@@ -22,9 +22,8 @@ from perfgate.measure.budget import launch_costs
 from perfgate.measure.metrics import CALIBRATION_PROBE
 from perfgate.trend.analysis import series
 from perfgate.trend.database import DatabaseError, NoDatabase, Point, ResultsDatabase
+from perfgate.trend.sessions import PLANT, unchanged_sessions, utc
 
-PLANT = "planted_fraction"
-"""The metric that a result measured with a planted slowdown has."""
 NEWEST_COSTED = 20
 """How many of a case's newest sessions --perf-budget's plan reads for the newest one with launch times: before every
 case, so not the whole history, whose records are each validated as they are read."""
@@ -64,8 +63,6 @@ class SessionHistory:
         gate let through (ACCEPTED), as ``perfgate store-sessions`` keeps them; none where the history cannot be
         read, which is said once, as for the spreads. A FAIL is left out here, unlike in a reviewed baseline file: a
         regression that stays would otherwise become the sessions' level."""
-        from perfgate.trend.store_sessions import unchanged_sessions, utc
-
         if self.unreadable:
             return []
         try:

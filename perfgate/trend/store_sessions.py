@@ -7,7 +7,7 @@ the clone.
 
 Kept: the case's sessions on its baseline's hardware class and workload version since the baseline was measured (or
 ``--since``), on ``--branch`` where given, without a planted slowdown, not measured beside an A/B reference, and
-judged against the baseline (JUDGED), whatever the verdict. Unlike the history's own rule, which counts
+judged against the baseline (sessions.JUDGED), whatever the verdict. Unlike the history's own rule, which counts
 only what passed, a FAIL is kept: on a shared runner it is the drift that a gate with no history took for a
 regression, which is what the spread has to hold. So the sessions must be of the code the baseline measured; the
 table printed lists each one against the baseline, so that a step in them (a regression that landed) shows in review.
@@ -26,11 +26,10 @@ from typing import Sequence
 from perfgate.judge import baselines, session_spread
 from perfgate.judge.baselines import Baseline, StoredSession
 from perfgate.judge.session_spread import MAX_SESSIONS
-from perfgate.measure.metrics import CALIBRATION_PROBE, MACHINE_PROBES
 from perfgate.report.terminal import table
 from perfgate.trend.command import add_history_option
-from perfgate.trend.database import DatabaseError, Point, ResultsDatabase
-from perfgate.trend.spreads import PLANT
+from perfgate.trend.database import DatabaseError, ResultsDatabase
+from perfgate.trend.sessions import unchanged_sessions, utc
 
 SESSION_HEADER = ("case", "hardware class", "recorded (UTC)", "commit", "verdict", "metric", "value", "vs baseline")
 SPREAD_HEADER = ("case", "hardware class", "metric", "for a probe of", "sessions", "unchanged vs baseline", "spread",
@@ -40,11 +39,6 @@ SPREAD_HEADER = ("case", "hardware class", "metric", "for a probe of", "sessions
 A_DAY_PART = datetime.timedelta(hours=12)
 """Stored sessions closer together than this may all fall in one of a shared machine's fast or slow spells: on issue
 47's family 25 VM an evening read 4-9 % slower per sample than six afternoon sessions (docs/measurements.md)."""
-
-JUDGED = ("pass", "stale", "unresolved", "FAIL")
-"""The verdicts of a session judged against the baseline: not a launch that failed (no whole medians), nor the
-session that measured a baseline (its medians are the baseline's own)."""
-
 
 class NothingToStore(Exception):
     """No session of a case with a baseline to keep: the message says what to run first."""
@@ -132,32 +126,6 @@ def since(given: datetime.datetime | None, baseline: Baseline, path: Path) -> da
             raise baselines.BaselineError(f"{path}: no date of measurement to count sessions from ({exc!r} in its "
                                           "provenance): give --since") from None
     return utc(given)
-
-
-def utc(when: datetime.datetime) -> datetime.datetime:
-    """``when`` in UTC; a time with no zone is taken as UTC (SQLite keeps none)."""
-    return when.astimezone(datetime.timezone.utc) if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
-
-
-def unchanged_sessions(points: Sequence[Point], baseline: Baseline, paired: set[int], start: datetime.datetime
-                       ) -> list[tuple[StoredSession, str]]:
-    """One case's sessions that count, oldest first, each with its verdict: its baseline's workload version, since
-    ``start``, judged, no plant, no A/B reference beside it (``paired``), with a value of a metric the baseline
-    gates."""
-    results: dict[int, list[Point]] = defaultdict(list)
-    for point in points:
-        results[point.result_id].append(point)
-    sessions = []
-    for values in results.values():
-        first, by_metric = values[0], {point.metric: point.value for point in values}
-        medians = {metric: by_metric[metric] for metric in baseline.metrics if metric in by_metric}
-        recorded = utc(first.recorded_at)
-        if (medians and first.workload_version == baseline.workload_version and first.result_id not in paired
-                and first.verdict in JUDGED and not by_metric.get(PLANT) and recorded >= start):
-            probes = {name: by_metric[name] for clock in MACHINE_PROBES.values() for name in clock if name in by_metric}
-            sessions.append((StoredSession(recorded.isoformat(), medians, by_metric.get(CALIBRATION_PROBE),
-                                           first.commit, probes), first.verdict))
-    return sorted(sessions, key=lambda pair: pair[0].recorded_at)
 
 
 def span(sessions: Sequence[StoredSession]) -> datetime.timedelta:
