@@ -41,10 +41,14 @@ def test_the_changed_operator_tops_the_diff(tmp_path, unchanged, change, named, 
 
 
 @pytest.mark.launches
+@pytest.mark.serial
 @pytest.mark.skipif("avx512_bf16" not in cpu_generation(Path("/proc/cpuinfo").read_text()),
                     reason="bf16 autocast is faster than fp32 only where the CPU has avx512_bf16 (oneDNN's kernels); "
                     "elsewhere fp32 where bf16 was is no slowdown")
-def test_fp32_where_bf16_was_names_the_matmuls(tmp_path, unchanged, no_leftovers):
+def test_fp32_where_bf16_was_names_the_matmuls(tmp_path, no_leftovers):
+    """Serial: the matmuls grow by 2-4 ms of a 16 ms step, and beside another test's launches DistributedDataParallel's
+    own forward grew more (2.7 against 5.3 ms, in a make test)."""
+    unchanged = profiled(tmp_path / "unchanged", "none")
     rows = profile_diff.diff(unchanged, profiled(tmp_path, "fp32"))
     assert rows and rows[0]["op"] in ("aten::addmm", "aten::mm"), rows
 
