@@ -264,15 +264,6 @@ def planted_session_against_a_fresh_baseline(suite):
                for run in result["per_run"]), "each launch's 10 measured steps in 4 windows, on both clocks"
     assert json.loads(baseline_file(suite, "unet3d-noise").read_text()) == stored
 
-    by_the_model = run(suite, *args, "--perf-inject-slowdown", "1", "--perf-verdict", "model")
-    by_the_model.assert_outcomes(failed=1)
-    by_the_model.stdout.fnmatch_lines([
-        "*unet3d-noise-cpu: performance regression on*",
-        "*fastest_step_samples_per_second: +*% (interval +*% to +*%, tolerance 25.0%; from the prior; catches *%)",
-        "*cpu_seconds_per_sample: +*% (interval +*% to +*%, tolerance 25.0%; from the prior; catches *%)"])
-    assert {row["metric"]: row["basis"] for row in newest_result(suite)["metrics"]} == {
-        "fastest_step_samples_per_second": "the prior", "cpu_seconds_per_sample": "the prior"}
-
 
 def newest_result(suite):
     newest = max(suite.path.glob("**/test_clip_noise_cpu_0/result.json"), key=lambda p: p.stat().st_mtime)
