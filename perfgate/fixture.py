@@ -63,7 +63,10 @@ class PerfGate:
         with _as_pytest_outcome(None):
             planned = plan(run, settings, state.node_hardware(launcher), workdir=self.workdir, root=state.root,
                            test_id=self.request.node.nodeid)
-            reference = state.reference.revision() if state.reference else None
+            try:
+                reference = state.reference.revision() if state.reference else None
+            except revision.RevisionError as exc:
+                raise CaseFailed(f"{run.key}: {exc}") from None
             if reference is not None and revision.entry_in(reference, run, state.root) is None:
                 raise CaseSkipped(f"{run.key}: a new case: {settings.against} has no {run.case.entry[-1]}, so there "
                                   "is nothing to compare it against")

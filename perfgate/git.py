@@ -43,7 +43,8 @@ def check_comparable(root: Path, who: str, why_committed: str) -> None:
     try:
         git(root, "rev-parse", "--is-inside-work-tree")
     except GitError:
-        raise GitError(f"{who} needs a git checkout, and {root} is not one") from None
+        raise GitError(f"{who} needs a git checkout, and {root} is not one: run it in a clone (a copy or an "
+                       "archive of the files has no commits to compare)") from None
     if git(root, "rev-parse", "--is-shallow-repository") == "true":
         raise GitError(f"{who} needs the history, and this is a shallow clone: git fetch --unshallow (CI: "
                        "actions/checkout with fetch-depth: 0)")

@@ -49,6 +49,7 @@ class FakeMeasurer:
         return self.measurement
 
     last_records = None
+    why_not_profiled = ""
 
     def profile(self):
         """Writes the next of ``profiles`` as a profiled launch's summaries, as the workloads' ranks do."""

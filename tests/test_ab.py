@@ -166,6 +166,11 @@ def test_unknown_revisions_dirty_trees_and_shallow_clones_are_refused_saying_wha
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo.path}", str(shallow)], check=True)
     with pytest.raises(RevisionError, match="this is a shallow clone: git fetch --unshallow"):
         revision.commits(shallow, "HEAD")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    with pytest.raises(RevisionError, match=rf"--perf-against needs a git checkout, and {copy} is not one: run it in a "
+                                            r"clone \(a copy or an archive of the files has no commits to compare\)"):
+        revision.commits(copy, "HEAD")
 
 
 def test_a_refused_reference_is_a_usage_error_before_any_case_runs(repo):
@@ -173,6 +178,18 @@ def test_a_refused_reference_is_a_usage_error_before_any_case_runs(repo):
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
     unknown.stderr.fnmatch_lines(["*perfgate: --perf-against no-such-branch: no such revision here*"])
     assert worktrees(repo.path) == [f"worktree {repo.path}"]
+
+
+def test_a_reference_git_cannot_check_out_fails_the_case_saying_what_git_said_and_what_to_fix(repo):
+    """git worktree add needs .git/worktrees; where that is not a directory (a damaged repository) the checkout fails
+    at the first case, which fails saying so: not a traceback."""
+    (repo.path / ".git" / "worktrees").write_text("not a directory\n")
+    result = repo.runpytest_inprocess(*ARGS, "--perf-against", "HEAD~1", "-k", "sleep")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*sleeper-sleep-cpu: --perf-against HEAD~1 could not be checked out beside the "
+                                 "working tree (*tree): *", "*Fix what git names there (free disk, TMPDIR writable, a "
+                                 "damaged .git/worktrees), then run again*"])
+    assert "Traceback" not in result.stdout.str()
 
 
 @pytest.mark.launches

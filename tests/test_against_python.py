@@ -33,7 +33,8 @@ def run(pytester, *args, python=OTHER):
 
 FLOOR = REPO / ".venv-floor" / "bin" / "python"
 needs_floor = pytest.mark.skipif(not FLOOR.exists(), reason=f"{FLOOR} is not there: `make test-floor` creates it "
-                                 "(.ci/run removes it before `make test`: both CUDA torch builds at once need ~13 GB)")
+                                 "(.ci/run keeps it for `make test` where 20 GiB of disk are free beside it: both CUDA "
+                                 "torch builds at once need ~13 GB)")
 
 
 @pytest.mark.parametrize("python, reference", [
@@ -64,6 +65,7 @@ def test_a_case_that_cannot_run_in_the_reference_environment_is_an_error_naming_
     assert "needs open_clip 3.3.0, found 3.2.0" in result.stdout.str()
 
 
+@needs_other
 def test_an_interpreter_that_is_not_there_or_has_no_torch_is_a_usage_error(suite, tmp_path):
     missing = suite.runpytest_inprocess(*ARGS, f"--perf-against-python={tmp_path / 'nope'}")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
@@ -81,3 +83,19 @@ def test_an_interpreter_that_is_not_there_or_has_no_torch_is_a_usage_error(suite
     both = suite.runpytest_inprocess(*ARGS, f"--perf-against-python={sys.executable}", "--perf-against", "HEAD")
     assert both.ret == pytest.ExitCode.USAGE_ERROR
     both.stderr.fnmatch_lines(["*--perf-against and --perf-against-python each name the reference side*"])
+
+
+@pytest.mark.parametrize("script, says", [
+    ("echo this is no interpreter\n", "cannot run it: *Exec format error*; give a Python interpreter (a venv's "
+                                       "bin/python, or a script starting with #! that runs one)"),
+    ("#!/bin/sh\necho 'ModuleNotFoundError: No module named perfgate' >&2\nexit 3\n",
+     "`{python} -m perfgate.launch.environment` exited 3: ModuleNotFoundError: No module named perfgate; it must "
+     "import this checkout's perfgate (its PYTHONPATH names it) with its own torch"),
+], ids=["no-shebang", "probe-fails"])
+def test_an_interpreter_that_cannot_start_or_fails_its_probe_is_a_usage_error_saying_how(suite, tmp_path, script, says):
+    python = tmp_path / "reference-python"
+    python.write_text(script)
+    python.chmod(0o755)
+    refused = suite.runpytest_inprocess(*ARGS, f"--perf-against-python={python}")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines([f"*--perf-against-python {python}: {says.format(python=python)}"])

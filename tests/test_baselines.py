@@ -77,6 +77,12 @@ def test_corrupt_file_is_an_error_naming_it_and_left_untouched(path):
          "session 1: 'probe' must be a positive number or null"),
         (lambda d: d.update(sessions=[{"recorded_at": "t", "medians": {"m": 1.0}, "probes": {"probe_copy_gbps": -1}}]),
          "session 1: 'probes' must map metrics to positive numbers"),
+        (lambda d: d.update(sessions=[5]), "session 1 must be an object"),
+        (lambda d: d["metrics"].update(total_time_secs=5), "metric 'total_time_secs' must be an object"),
+        (lambda d: d.update(sessions=[{"recorded_at": "t", "medians": {"m": 1.0}, "commit": 7}]),
+         "session 1: 'commit' must be a string or null"),
+        (lambda d: d.update(sessions=[{"recorded_at": "yesterday", "medians": {"m": 1.0}}]),
+         "session 1: 'recorded_at' must be an ISO 8601 time, got 'yesterday'"),
     ],
 )
 def test_invalid_content_is_an_error_naming_what_is_wrong(path, edit, message):
@@ -85,6 +91,14 @@ def test_invalid_content_is_an_error_naming_what_is_wrong(path, edit, message):
     edit(data)
     path.write_text(json.dumps(data))
     with pytest.raises(BaselineError, match=message):
+        baselines.load(path)
+
+
+def test_json_that_is_not_an_object_is_an_error_saying_how_to_fix_it(path):
+    path.parent.mkdir(parents=True)
+    path.write_text("[]")
+    with pytest.raises(BaselineError, match=r"openclip-fp32-cpu.json: a baseline must be a JSON object.*"
+                                            r"--update-baselines \(the file was not changed\)"):
         baselines.load(path)
 
 

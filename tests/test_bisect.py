@@ -100,6 +100,21 @@ def test_unknown_refs_and_a_backwards_range_are_usage_errors(history, good, bad,
         first_parent_range(repo, good, bad)
 
 
+def test_a_good_commit_that_joined_through_a_merge_is_a_usage_error_saying_which_to_name(history):
+    """GOOD on a branch merged into BAD's line: BAD's first-parent line never passes through it."""
+    repo, shas = history
+    git(repo, "checkout", "-q", "-b", "side", shas[2])
+    (repo / "side.txt").write_text("side\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "on the side")
+    side = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    with pytest.raises(BisectUsageError, match=f"GOOD {side} is not on BAD HEAD's first-parent line \\(it joined it "
+                                               r"through a merge\): name a commit of that line"):
+        first_parent_range(repo, side, "HEAD")
+
+
 def test_a_dirty_tree_is_a_usage_error(history):
     repo, shas = history
     (repo / "sleeper.py").write_text("# edited\n")
@@ -113,6 +128,22 @@ def test_a_usage_error_ends_the_command_with_status_2_before_any_verdict(history
     done = bisect(repo, "no-such-ref", "HEAD", timeout=60)
     assert done.returncode == 2 and "perfgate bisect: error: no-such-ref: no such revision here" in done.stderr
     assert verdicts(done.stdout) == 0 and worktrees(repo) == [f"worktree {repo}"]
+
+
+@pytest.mark.launches
+def test_a_selection_that_matches_no_case_ends_the_bisect_with_status_2_naming_the_log(history):
+    """A -k typo: the session of BAD against GOOD collects nothing, and the bisect stops before any search."""
+    repo, shas = history
+    done = subprocess.run([sys.executable, "-m", "perfgate.cli", "bisect", shas[0], shas[8], "-k", "no_such_case",
+                           "--bisect-logs", str(repo.parent / "logs")],
+                          cwd=repo, capture_output=True, text=True, timeout=300, env=scratch_env(repo))
+    assert done.returncode == 2, done.stderr[-2000:]
+    said = done.stderr.split("perfgate bisect: error: ")[1]
+    assert said.startswith("the session of BAD against GOOD judged no case (pytest exit 5); check the selection and "
+                           "options: see "), said
+    log = Path(said.split("see ")[1].strip())
+    assert log.is_file() and "deselected" in log.read_text()
+    assert worktrees(repo) == [f"worktree {repo}"]
 
 
 @pytest.mark.launches

@@ -154,6 +154,16 @@ def test_the_summary_junit_and_the_record_name_what_the_budget_stopped(tmp_path)
     assert result.to_json()["budget_stop"] == result.budget_stop
 
 
+def test_a_case_of_unknown_cost_after_the_budget_is_spent_is_not_started(tmp_path):
+    """Nothing says what a launch of the case costs (no history, no launch_s in its baseline, no launch so far),
+    and the session has used all of its 2 minutes: the case is not started, and its record says why."""
+    gate, measurer, _ = budgeted(tmp_path, [100.0] * 3, minutes=2, used_s=125.0)
+    with pytest.warns(UnresolvedVerdictWarning, match="0 runs measured"):
+        assert gate.check().verdict == "unresolved"
+    assert measurer.launches == 0
+    assert measurer.result.budget_stop == "--perf-budget: the session had used its 2 min budget (120 s) before w-c-cpu began"
+
+
 def test_cost_estimates_come_from_the_case_then_its_baseline_then_the_session():
     clock = LaunchClock(0.0)
     budget = SessionBudget(600.0, clock=clock)

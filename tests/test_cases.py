@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.config.cases import Case, CaseRun, Flavour, parametrize, runs, to_flags
-from perfgate.records.sources import LogLines, OpenClipLog
+from perfgate.records.sources import LogLines, OpenClipLog, OptimizerSteps
 
 ENTRY = ("workloads/openclip_train.py",)
 
@@ -100,3 +100,18 @@ def test_later_runs_skip_what_a_case_measures_once(tmp_path):
     assert "--benchy-steps" not in later and later[-1] == "--no-count-flops"
     assert CaseRun(Case("openclip", "plain", ENTRY, cpu=flavour), "cpu").argv(tmp_path, 4, 2, first_run=False)[-1] != (
         "--no-count-flops")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Case("w", "c", ("x.py",), cwd="sub", cpu=Flavour({})),
+     r"w-c: cwd= is for unmodified scripts \(records=OptimizerSteps\(...\)\); perfgate's own workloads start in the "
+     r"run's directory"),
+    (lambda: Case("w", "c", ("x.py",), records=OptimizerSteps(8), cpu=Flavour({}, steps=None)),
+     r"w-c-cpu: an unmodified script's length is a number of optimizer steps: give Flavour\(steps=N\), without "
+     r"target_ci or benchy_steps"),
+    (lambda: OptimizerSteps(samples_per_step=0), r"OptimizerSteps\(samples_per_step=...\) must be >= 1, got 0"),
+], ids=["cwd-for-a-workload", "unmodified-script-without-steps", "no-samples-per-step"])
+def test_a_case_a_suite_cannot_run_is_refused_where_it_is_declared(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+

@@ -124,3 +124,28 @@ def test_gitlab_caches_perfgate_cache_dir():
     assert relative != cache_dir, f"PERFGATE_CACHE_DIR {cache_dir!r} is not under $CI_PROJECT_DIR"
     assert relative in [path.rstrip("/") for path in job["cache"]["paths"]], (
         f"the cache keeps {job['cache']['paths']}, not PERFGATE_CACHE_DIR {cache_dir!r}")
+
+
+def test_a_server_test_skips_saying_why_but_fails_under_ci(monkeypatch):
+    from conftest import skip_without_server
+
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="^no sshd here$"):
+        skip_without_server("no sshd here")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no sshd here; CI=true, where .ci/run installs it"):
+        skip_without_server("no sshd here")
+    skip_without_server(None)
+
+
+@pytest.mark.parametrize("ci, code", [("true", 1), ("", 0)], ids=["ci", "elsewhere"])
+def test_ci_servers_stops_a_ci_run_that_could_not_install_them(tmp_path, ci, code):
+    """.ci/servers with an apt-get that fails and none of the servers on PATH: a CI run stops, any other says so."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "apt-get").write_text("#!/bin/sh\necho 'E: Unable to locate package slurm-wlm' >&2\nexit 100\n")
+    (fake / "apt-get").chmod(0o755)
+    done = run("bash", ROOT / ".ci" / "servers", env={"PATH": f"{fake}:/usr/bin:/bin", "CI": ci})
+    assert done.returncode == code, done.stderr
+    assert "could not install slurm-wlm munge openssh-server" in done.stderr
+    assert ("CI=true: a CI run needs them, so it stops here" in done.stderr) == (ci == "true")

@@ -15,6 +15,8 @@ import tempfile
 import pytest
 from fakes import record
 
+from conftest import skip_without_server
+
 pytest.importorskip("plotly", reason="perfgate dashboard needs plotly (perfgate[dashboard], requirements.txt)")
 pytest.importorskip("otava.analysis", reason="perfgate dashboard reads the history through perfgate[trend]")
 
@@ -191,8 +193,8 @@ def browser():
     Its TMPDIR is a short one of its own, removed after it quits: chromium leaves its singleton directory behind in
     the temp dir, and its socket's path must stay under the 107 bytes a Unix socket allows (a test's tmp_path under
     xdist is too long)."""
-    if not (CHROMIUM and CHROMEDRIVER):
-        pytest.skip("no chromium and chromium-driver here (Debian packages; .ci/run installs them)")
+    skip_without_server(None if CHROMIUM and CHROMEDRIVER else
+                        "no chromium and chromium-driver here (Debian packages; .ci/run installs them)")
     webdriver = pytest.importorskip("selenium.webdriver", reason="the browser tests need selenium (requirements.txt)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM

@@ -11,8 +11,10 @@ cannot start).
 import fnmatch
 import json
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.launches
 
 WORKLOAD = REPO / "workloads" / "unet3d_train.py"
 SUITE = f"""
-from perfgate import Case, Flavour, parametrize
+from perfgate import Case, Flavour, LogLines, parametrize
 
 HANG_TIMEOUT_S = {{hang_timeout_s}}
 TEARDOWN_HANG_TIMEOUT_S = {{teardown_hang_timeout_s}}
@@ -46,6 +48,11 @@ CASES += [
     Case("unet3d", "apex", ({str(WORKLOAD)!r},), cpu=Flavour({{**SMALL, "optimizer": "apex"}}, ranks_per_node=1)),
     Case("unet3d", "all-warmup", ({str(WORKLOAD)!r},), cpu=Flavour(SMALL, steps=2, warmup=2)),
     Case("unet3d", "slow", ({str(WORKLOAD)!r},), cpu=Flavour(SMALL, steps=10000, warmup=1, timeout_s=120)),
+    Case("unet3d", "mfu", ({str(WORKLOAD)!r},), cpu=Flavour(SMALL, steps=3, warmup=1, ranks_per_node=1, gated=("mfu",))),
+    Case("unet3d", "unreadable", ({str(WORKLOAD)!r},), cpu=Flavour(SMALL, ranks_per_node=1)),
+    Case("own", "silent", ("silent.py",), cpu=Flavour({{}}, steps=3, warmup=1, ranks_per_node=1)),
+    Case("own", "unmatched", ("chatty.py",), inject_flag=None, cpu=Flavour({{}}, steps=None, ranks_per_node=1),
+         records=LogLines(r"step_time (?P<step_s>[\\d.]+)s", samples_per_step=1)),
 ]
 
 @parametrize(CASES)
@@ -82,6 +89,9 @@ def suite_dir(tmp_path_factory):
     (root / "b" / "faults").mkdir(parents=True)
     (root / "b" / "faults" / "unet3d-corrupt-cpu.json").write_text(TRUNCATED)
     (root / "b" / "faults" / "unet3d-old-version-cpu.json").write_text(json.dumps(OLD_VERSION))
+    (root / "b" / "faults" / "unet3d-unreadable-cpu.json").mkdir()
+    (root / "silent.py").write_text("print('trained, and wrote no step records')\n")
+    (root / "chatty.py").write_text("for epoch in range(3):\n    print(f'epoch {epoch} done in 0.1 s')\n")
     return root
 
 
@@ -109,6 +119,10 @@ def outcome(suite_dir):
     ("apex", "setup-error", ["--optimizer apex: NVIDIA apex is not installed"]),
     ("corrupt", "error", ["unet3d-corrupt-cpu.json: corrupt baseline, not valid JSON", "file was not changed"]),
     ("old-version", "error", ["measured with workload version 0, the case is version 1", "--update-baselines"]),
+    ("unreadable", "error", ["unet3d-unreadable-cpu.json: cannot read baseline: Is a directory; make it a readable "
+                             "file", "(nothing was changed)"]),
+    ("mfu", "error", ["the runs measured none of the gated metrics (mfu)",
+                      "Gate one they measure (Flavour(gated=...) or Case(gated=...)): samples_per_second, "]),
 ])
 def test_each_fault_is_classified_and_explained(outcome, case, verdict, says):
     output, results, _ = outcome
@@ -117,6 +131,24 @@ def test_each_fault_is_classified_and_explained(outcome, case, verdict, says):
     for text in says:
         assert text.replace("{hang_timeout_s}", str(hang_timeout_s())) in result["message"]
     assert f"unet3d-{case}-cpu" in output and verdict in output
+
+
+def test_a_script_that_gives_no_step_records_says_where_perfgate_looked_and_how_to_give_them(outcome, suite_dir):
+    """A script of the user's own run as a perfgate workload, which writes no records, and a LogLines case whose
+    pattern matches none of the log's lines: each run finishes, and the failure says what perfgate expected."""
+    _, results, _ = outcome
+    silent = results["own-silent-cpu"]["message"]
+    assert "own-silent-cpu: run 1 finished but gave no measurement" in silent
+    assert "no step records were written" in silent and "StepRecorder at the path of its --records option" in silent
+    assert "records=OptimizerSteps(...) or LogLines(...)" in silent and "logs kept in" in silent
+    unmatched = results["own-unmatched-cpu"]["message"]
+    assert "own-unmatched-cpu: run 1 finished but gave no measurement: no line of rank 0's output" in unmatched
+    suggested = unmatched.split("Try the pattern on that log: ")[1].split("\n")[0]
+    log = Path(shlex.split(suggested)[3])
+    assert log.read_text().startswith("epoch 0 done in 0.1 s"), "the command names the log the script wrote"
+    tried = subprocess.run([sys.executable, "-m", "perfgate.cli", *shlex.split(suggested)[1:]], cwd=suite_dir,
+                           capture_output=True, text=True, timeout=120)
+    assert tried.returncode != 0 and "0 line(s) match" in tried.stderr, tried.stderr
 
 
 def test_a_workload_that_refuses_its_settings_heads_the_failure_with_the_class_and_the_ranks_exit(outcome):
@@ -175,7 +207,7 @@ def test_a_healthy_case_still_runs_after_the_faults_and_no_baseline_changed(outc
     output, results, before = outcome
     assert results["unet3d-none-cpu"]["verdict"] == "no-baseline", results["unet3d-none-cpu"].get("message")
     assert baseline_files(suite_dir) == before
-    assert "10 failed" in output and "3 skipped" in output
+    assert "14 failed" in output and "3 skipped" in output
 
 
 def test_a_failed_case_never_becomes_a_baseline(outcome, suite_dir):

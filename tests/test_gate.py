@@ -278,6 +278,15 @@ def ab_gate(plan, reference_values, candidate_values, probes=(None, None), **set
     return gate, candidate, order
 
 
+def test_a_reference_from_before_the_gated_metrics_fails_the_case_saying_what_to_compare_instead(tmp_path):
+    plan = make_plan(tmp_path)
+    gate, _, _ = ab_gate(plan, [{"total_time_secs": 10.0}] * 2, [100.0, 100.0])
+    with pytest.raises(CaseFailed, match=rf"the reference main reports none of the gated metrics \({METRIC}\): its "
+                                         r"workload is from before them. Compare against a newer revision, or gate a "
+                                         r"metric both sides measure"):
+        gate.check()
+
+
 def test_an_ab_pass_says_nothing_of_a_slowdown_hidden_by_a_faster_machine(tmp_path):
     """A/B's sides meet the machine's speed together; their probes differ by its noise, not by a speed-up since a
     baseline, so the stored-baseline warning (session_spread.hidden_by_speed_up) is not A/B's to give."""

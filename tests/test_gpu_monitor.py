@@ -2,6 +2,7 @@
 fails where real drivers do, and the report's GPU table."""
 
 import json
+import threading
 import time
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchResult, LaunchSpec
 from perfgate.measure import gpu_monitor
-from perfgate.measure.measurer import Measurer
+from perfgate.measure.measurer import LowGpuUtilizationWarning, Measurer
 from perfgate.report import tables
 
 
@@ -50,7 +51,11 @@ class FakeNvml:
     def nvmlDeviceGetCount(self):
         return 2
 
+    reads = 0
+    """Utilisation queries so far: one a sample of one GPU, so a test waits on them rather than sleeping."""
+
     def nvmlDeviceGetUtilizationRates(self, handle):
+        self.reads += 1
         return SimpleNamespace(gpu=[97, 60][handle])
 
     def nvmlDeviceGetMemoryInfo(self, handle):
@@ -94,9 +99,9 @@ def sampled(monitor, count):
 def test_monitor_samples_every_gpu_from_a_thread_until_stopped():
     with gpu_monitor.GpuMonitor(FakeNvml(), ["0", "1"], interval_s=0.01) as monitor:
         sampled(monitor, 4)
-    count = len(monitor.samples)
-    time.sleep(0.05)
-    assert count == len(monitor.samples) >= 4
+    assert len(monitor.samples) >= 4
+    assert not [thread for thread in threading.enumerate() if thread.name == "perfgate-gpu-monitor"], \
+        "the sampling thread has ended with the context"
     assert {s.gpu for s in monitor.samples} == {"0", "1"}
     first = next(s for s in monitor.samples if s.gpu == "1")
     assert (first.utilization, first.memory_used_bytes, first.power_w, first.sm_clock_mhz, first.throttle) == (
@@ -190,10 +195,14 @@ def gpu_plan(tmp_path, devices_per_node, node_gpu_samples=False, nodes=1):
 
 
 class RecordsWritingLauncher:
-    """Stands in for a launcher: writes a finished run's records while polling, as a real launch would."""
+    """Stands in for a launcher: writes a finished run's records while polling, as a real launch would. With
+    ``sampled_by`` (a FakeNvml), the last step waits for two more of its samples, so that one falls inside the window
+    however late the monitor's thread gets a core. The nodes' samples are stamped inside the window the measurer saw
+(after its poll of the second step)."""
 
-    def __init__(self, node_samples=None):
+    def __init__(self, node_samples=None, sampled_by=None):
         self.node_samples = node_samples or {}
+        self.sampled_by = sampled_by
 
     def launch(self, spec, on_poll=None):
         spec.workdir.mkdir(parents=True)
@@ -201,28 +210,45 @@ class RecordsWritingLauncher:
         with records.open("w") as fh:
             fh.write(json.dumps({"kind": "start", "t": time.time(), "world_size": 1, "global_batch": 8}) + "\n")
             for step in range(4):
-                time.sleep(0.3)
+                if step == 3 and self.sampled_by is not None:
+                    before = self.sampled_by.reads
+                    wait_until(lambda: self.sampled_by.reads >= before + 2, "two GPU samples in the window")
                 fh.write(json.dumps({"kind": "step", "step": step, "samples": 8, "step_s": 0.03, "data_s": 0.0,
                                      "loss": 1.0, "t": time.time()}) + "\n")
                 fh.flush()
                 on_poll(0.03 * step)
+                if step == 1:
+                    inside = time.time()
             time.sleep(0.03)
             on_poll(0.2)
             fh.write(json.dumps({"kind": "end", "t": time.time(), "peak_memory_bytes": 1}) + "\n")
         for node, rows in self.node_samples.items():
-            (spec.workdir / gpu_monitor.NODE_SAMPLES.format(node=node)).write_text(
-                "".join(json.dumps(row) + "\n" for row in rows))
+            (spec.workdir / gpu_monitor.NODE_SAMPLES.format(node=node)).write_text("".join(
+                json.dumps({**row, "t": inside} if "gpu" in row else row) + "\n" for row in rows))
         return LaunchResult(0.2, (("torchrun", "w.py"),), ())
 
 
 def test_the_case_samples_the_gpus_its_uuids_name_not_nvml_indices(tmp_path):
-    plan = gpu_plan(tmp_path, [FakeNvml.UUIDS[1]])
-    measurer = Measurer(plan, record("w-c-gpu"), launcher=RecordsWritingLauncher(), root=tmp_path,
-                        nvml=lambda: (FakeNvml(), ""))
+    plan, nvml = gpu_plan(tmp_path, [FakeNvml.UUIDS[1]]), FakeNvml()
+    measurer = Measurer(plan, record("w-c-gpu"), launcher=RecordsWritingLauncher(sampled_by=nvml), root=tmp_path,
+                        nvml=lambda: (nvml, ""))
     measurer.launch_once(1)
     assert list(measurer.result.gpu["per_gpu"]) == [FakeNvml.UUIDS[1]]
     assert measurer.result.gpu["mean_utilization"] == 0.6
     assert measurer.result.gpu_monitor is None
+
+
+def test_a_gpu_busy_less_than_asked_is_flagged_naming_what_else_binds_the_case(tmp_path):
+    plan, nvml = gpu_plan(tmp_path, [FakeNvml.UUIDS[1]]), FakeNvml()
+    measurer = Measurer(plan, record("w-c-gpu"), launcher=RecordsWritingLauncher(sampled_by=nvml), root=tmp_path,
+                        nvml=lambda: (nvml, ""))
+    measurer.launch_once(1)
+    with pytest.warns(LowGpuUtilizationWarning, match=r"w-c-gpu: the least busy GPU was utilised 60% of the measured "
+                                                      r"window \(< 90%, --perf-min-gpu-util\): the case is bound by "
+                                                      r"something other than the GPU \(input pipeline, host"):
+        measurer.finish(0.9)
+    assert json.loads((plan.spec.workdir / "result.json").read_text())["warnings"][0]["category"] == \
+        "LowGpuUtilizationWarning"
 
 
 def test_an_nvml_that_cannot_open_a_gpu_never_fails_the_case(tmp_path):
@@ -236,10 +262,9 @@ def test_an_nvml_that_cannot_open_a_gpu_never_fails_the_case(tmp_path):
 
 def test_remote_nodes_samples_are_read_from_the_run_directory_with_what_they_could_not_sample(tmp_path):
     """--launcher slurm / ssh: NVML here sees only this host, so each node's sampler writes its own file."""
-    now = time.time()
-    sample = {"t": now + 1.0, "gpu": "node0:0", "utilization": 0.9, "memory_used_bytes": 2**30, "power_w": 500.0,
+    sample = {"gpu": "node0:0", "utilization": 0.9, "memory_used_bytes": 2**30, "power_w": 500.0,
               "sm_clock_mhz": 1900, "throttle": []}
-    launcher = RecordsWritingLauncher({0: [{**sample, "t": now + 1.0 + i * 0.01} for i in range(5)],
+    launcher = RecordsWritingLauncher({0: [sample] * 5,
                                        1: [{"problem": "node 1: GPU monitoring off: NVML cannot start here "
                                                        "(Driver Not Loaded)"}]})
     plan = gpu_plan(tmp_path, None, node_gpu_samples=True, nodes=2)

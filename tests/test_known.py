@@ -1,6 +1,7 @@
 """This machine against the ones we know: other classes' baselines and the published figures."""
 
 import json
+import re
 
 import pytest
 from fakes import record
@@ -41,6 +42,8 @@ def test_the_published_figures_file_loads_and_names_the_mmoclip_reference():
     (lambda d: d["figures"][0].pop("value"), "figure 1 (a): field 'value' is missing or not a number"),
     (lambda d: d["figures"][0].update(metric="speed"), "figure 1 (a): unknown metric 'speed'"),
     (lambda d: d.update(schema=2), 'expected {"schema": 1, "figures": [...]}'),
+    (lambda d: d["figures"].append(3), "figure 2 (?): must be an object"),
+    (lambda d: d["figures"][0].update(gpus=0), "figure 1 (a): value and gpus must be positive"),
 ])
 def test_a_broken_published_file_names_the_figure_and_field(tmp_path, edit, message):
     document = {"schema": 1, "figures": [{"id": "a", "cases": ["x-*"], "configuration": "c", "hardware": "h",
@@ -49,10 +52,16 @@ def test_a_broken_published_file_names_the_figure_and_field(tmp_path, edit, mess
     edit(document)
     path = tmp_path / "published.json"
     path.write_text(json.dumps(document))
-    with pytest.raises(known.PublishedError, match=message.replace("(", r"\(").replace(")", r"\)")
-                       .replace("[", r"\[").replace("]", r"\]").replace("{", r"\{").replace("}", r"\}")):
+    with pytest.raises(known.PublishedError, match=re.escape(message)):
         known.load_published(path)
     assert known.load_published(tmp_path / "absent.json") == []
+
+
+def test_a_published_file_that_is_not_json_says_so_naming_it(tmp_path):
+    path = tmp_path / "published.json"
+    path.write_text('{"schema": 1, "figures": [')
+    with pytest.raises(known.PublishedError, match=r"published.json: not readable JSON \(Expecting value"):
+        known.load_published(path)
 
 
 def test_published_figures_compare_per_gpu_when_the_gpu_counts_differ():

@@ -296,6 +296,25 @@ def test_a_root_cause_that_only_lost_its_peer_gives_way_to_the_agents_other_fail
     assert failure.message.splitlines()[0] == "rank 1 (node 0, local rank 1) failed: exit code 13."
 
 
+def test_an_agent_that_fails_before_any_rank_ran_is_named_with_its_own_last_lines(tmp_path):
+    """torchrun itself failed (here its Python could not import torch): no rank log exists, and srun's own messages
+    are named where srun refused the job."""
+    from perfgate.launch.diagnose import diagnose_failure
+    from perfgate.launch.slurm import diagnose_srun
+
+    agent_log = tmp_path / "agent0.log"
+    agent_log.write_text("Traceback (most recent call last):\nModuleNotFoundError: No module named 'torch'\n")
+    spec = LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=1)
+    failure = diagnose_failure(spec, [1], [agent_log])
+    assert failure.kind == "setup-error"
+    assert failure.message == (f"torchrun agent on node 0 failed before any rank ran (exit code 1); last lines of "
+                               f"{agent_log}:\nTraceback (most recent call last):\nModuleNotFoundError: No module "
+                               "named 'torch'")
+    (tmp_path / "srun.log").write_text("$ srun ...\nsrun: error: Unable to allocate resources: Invalid partition\n")
+    refused = diagnose_srun(spec, 1, [agent_log], tmp_path / "srun.log")
+    assert refused.message.splitlines()[-1] == f"srun exited with 1; its messages are in {tmp_path / 'srun.log'}"
+
+
 def rank_logs(tmp_path, tails, code=-6):
     """Agent and rank logs as torchrun leaves them when node N's only rank, rank N, failed with the Nth last line
     and exit code ``code``."""

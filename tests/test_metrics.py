@@ -21,6 +21,12 @@ def test_throughput_excludes_warmup_and_uses_window_wall_time():
     assert metrics.measured_steps == 3
 
 
+def test_a_window_of_steps_timed_at_zero_is_an_error_saying_what_to_change():
+    with pytest.raises(MetricsError, match=r"the measured window has zero duration: its 3 step times sum to 0 s \(a "
+                                           r"log that rounds them away\? have the script print them with more digits"):
+        compute(run([0.1, 0.0, 0.0, 0.0]), warmup=1)
+
+
 def test_the_window_splits_into_consecutive_windows_whose_times_add_up_to_it():
     """9 measured steps in 4 windows: 2, 2, 2 and the 3 left, each with its own rates; the warm-up stays out."""
     records = run([9.0, 9.0, 1.0, 1.0, 2.0, 2.0, 1.0, 4.0, 1.0, 1.0, 2.0])

@@ -117,3 +117,11 @@ def test_a_slowdown_the_sessions_spread_hides_stays_unresolved_however_many_laun
                                                       "launches run"):
         assert checker.check().verdict == "unresolved"
     assert measurer.launches == 3
+
+
+def test_runs_that_no_longer_measure_a_metric_the_baseline_gates_fail_saying_why(tmp_path):
+    checker, _ = gate(tmp_path, [{"total_time_secs": 10.0}] * 3)
+    with pytest.raises(CaseFailed, match=rf"w-c-cpu: the runs measured no {METRIC}, which .*w-c-cpu.json gates: the "
+                                         r"workload no longer records it, or its records changed. Where that is meant, "
+                                         r"measure the baseline again: --update-baselines"):
+        checker.check()

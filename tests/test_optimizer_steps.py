@@ -40,13 +40,24 @@ def instrument(tmp_path, script_text=None, *, steps=7, samples=8, extra=(), cwd=
 
 
 SKIPPED_SLEEP_S = 0.5
-"""How long an iteration whose update is skipped sleeps first: a step that held it would be at least that longer than
-the quickest step, however fast this machine runs the rest."""
+"""How long an iteration whose update is skipped sleeps first: a step that held the sleep would overlap it by all of
+that, however busy this machine is; one that did not, by no more than the clocks' rounding."""
 
 
-def assert_no_step_holds(sleep_s, steps):
-    times = [s["step_s"] for s in steps[1:]]
-    assert max(times) < min(times) + sleep_s, [round(t, 3) for t in times]
+def sleeps(path):
+    """The (start, end) wall-clock times a script appended to ``path``, one line per sleep."""
+    return [tuple(map(float, line.split())) for line in path.read_text().splitlines()]
+
+
+def assert_no_step_holds(spans, steps):
+    """No step's interval (its end record's time less its step time, to that time) overlaps a sleep in ``spans`` by
+    half of the sleep or more."""
+    assert spans, "the script slept in no iteration"
+    for step in steps:
+        begins, ends = step["t"] - step["step_s"], step["t"]
+        for start, end in spans:
+            overlap = min(ends, end) - max(begins, start)
+            assert overlap < (end - start) / 2, f"step {step['step']} holds the sleep from {start:.3f} to {end:.3f}"
 
 
 LOOP = """
@@ -91,12 +102,12 @@ def test_deepspeed_steps_once_per_accumulation_boundary_and_the_updates_zero_ski
     and sleep first (SKIPPED_SLEEP_S): neither is a step, nor in any step's time."""
     pytest.importorskip("deepspeed", reason="deepspeed is in requirements.txt; this environment lacks it")
     program = [str(OWN_SCRIPT / "deepspeed_train.py"), "--accum=4", "--overflow-at=3,6",
-               f"--overflow-sleep={SKIPPED_SLEEP_S}"]
+               f"--overflow-sleep={SKIPPED_SLEEP_S}", f"--sleeps-log={tmp_path / 'sleeps.txt'}"]
     done, steps, end = instrument(tmp_path, program=program, samples=64, steps=8, ranks=2, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(steps) == 8 and end["steps_run"] == 8 and end["skipped_updates"] == 2, end
     assert {s["samples"] for s in steps} == {128} and end["other_optimizer_steps"] == {}
-    assert_no_step_holds(SKIPPED_SLEEP_S, steps)
+    assert_no_step_holds(sleeps(tmp_path / "sleeps.txt"), steps)
 
 
 def test_argv_is_exactly_the_entry(tmp_path):
@@ -137,14 +148,16 @@ def test_updates_the_grad_scaler_skipped_are_counted_and_not_timed(tmp_path, fus
         bad = it in (3, 6)
         loss = model(torch.randn(4, 8)).sum() * (float("inf") if bad else 1.0)
         if bad:
+            began = time.time()
             time.sleep({SKIPPED_SLEEP_S})
+            open("sleeps.txt", "a").write(f"{{began}} {{time.time()}}\\n")
         scaler.scale(loss).backward(); scaler.step(opt); scaler.update(); opt.zero_grad()""")
     done, steps, end = instrument(tmp_path, script, steps=8, extra=("--inject-slowdown", plant))
     assert done.returncode == 0, done.stderr
     assert len(steps) == 8 and end["steps_run"] == 8 and end["skipped_updates"] == 2
     numbers = [s["step"] for s in steps]
     assert numbers == sorted(set(numbers)), "each optimizer call has its own number; skipped ones leave a gap"
-    assert_no_step_holds(SKIPPED_SLEEP_S, steps)
+    assert_no_step_holds(sleeps(tmp_path / "sleeps.txt"), steps)
 
 
 def test_a_step_whose_closure_runs_forward_and_backward_is_timed_step_to_step(tmp_path):
@@ -152,6 +165,7 @@ def test_a_step_whose_closure_runs_forward_and_backward_is_timed_step_to_step(tm
     hook is still the whole iteration."""
     script = loop("opt = torch.optim.SGD(model.parameters(), lr=0.1)", """
         def closure():
+            open("closures.txt", "a").write(f"{time.time()}\\n")
             time.sleep(0.05)
             opt.zero_grad()
             loss = model(torch.randn(4, 8)).sum()
@@ -160,9 +174,10 @@ def test_a_step_whose_closure_runs_forward_and_backward_is_timed_step_to_step(tm
         opt.step(closure)""")
     done, steps, _ = instrument(tmp_path, script, steps=5)
     assert done.returncode == 0 and len(steps) == 5
-    times = [s["step_s"] for s in steps[1:]]
-    assert min(times) >= 0.05, "the closure's work is inside the step"
-    assert max(times) < min(times) + 0.05, "no step holds two iterations' closures"
+    assert min(s["step_s"] for s in steps[1:]) >= 0.05, "the closure's work is inside the step"
+    closures = [float(line) for line in (tmp_path / "closures.txt").read_text().splitlines()]
+    held = [sum(before["t"] < began <= step["t"] for began in closures) for before, step in zip(steps, steps[1:])]
+    assert held == [1] * 4, "each step holds exactly one iteration's closure"
 
 
 def test_a_script_that_never_steps_a_torch_optimizer_stops_with_what_the_hook_saw(tmp_path):
@@ -307,11 +322,20 @@ def test_a_script_that_prints_its_step_times_is_gated_from_its_own_log(pytester)
     pytester.makepyfile(test_suite=LOGGED_SUITE)
     session = pytester.runpytest_subprocess(*PINNED, "--update-baselines", "--perf-baseline-repeats", "1", timeout=600)
     session.assert_outcomes(passed=1)
+    assert "ProfileNotRecordedWarning" not in session.stdout.str(), "a script run unmodified is never profiled"
+    assert not list(pytester.path.rglob("*.profile.json"))
     case_dir = next(pytester.path.rglob("test_own_logged_cpu*/result.json")).parent
     result = json.loads((case_dir / "result.json").read_text())
     logged = logged_step_times(case_dir / "run0")
     assert len(result["per_run"][0]["step_times_s"]) == len(logged) == 20
     assert result["per_run"][0]["step_times_s"] == [pytest.approx(logged[i], abs=1e-4) for i in range(20)]
+
+
+def test_an_entry_script_that_is_not_there_is_named_with_the_directory_it_was_sought_in(tmp_path):
+    done, steps, _ = instrument(tmp_path, program=["trian.py"], steps=3)
+    assert done.returncode != 0 and steps == []
+    assert (f"the entry script trian.py does not exist (in {tmp_path}): a Case's entry is relative to the rootdir, "
+            "or to its cwd= where it has one") in done.stderr, done.stderr
 
 
 def test_a_log_pattern_without_a_time_is_refused():
@@ -348,3 +372,8 @@ def test_import_log_reads_any_scripts_lines_as_a_log_lines_case_would(tmp_path, 
     assert numbers["fastest_step_samples_per_second"] == pytest.approx(100.0)
     assert cli.main(["import-log", "lines", str(log), "--pattern", "iter", "--samples-per-step", "1"]) == 2
     assert "needs a named group step_s" in capsys.readouterr().err
+    assert cli.main(["import-log", "lines", str(log), "--samples-per-step", "1"]) == 2
+    assert "import-log lines needs --pattern and --samples-per-step" in capsys.readouterr().err
+    assert cli.main(["import-log", "lines", str(log), "--pattern", pattern, "--samples-per-step", "1",
+                     "--warmup", "3"]) == 2
+    assert f"{log}: 3 line(s) match {pattern!r}, not more than the 3 warm-up step(s)" in capsys.readouterr().err

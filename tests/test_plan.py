@@ -85,3 +85,27 @@ def test_nodes_beyond_this_host_fail_and_a_case_bigger_than_the_host_is_skipped(
         two_gpus_per_node(8)
     with pytest.raises(CaseFailed, match=r"--nodes 5 x 1 CPU ranks per node needs 5 cores .*at most 4\)"):
         planned(tmp_path, "cpu", [Hardware("x", 4)], nodes=5)
+    with pytest.raises(CaseFailed, match=r"1 node\(s\) x 16 GPUs per node needs 16 GPUs on this host for the local "
+                                         r"launcher, but 4 are visible; lower --nodes or --gpus-per-node"):
+        planned(tmp_path, "gpu", host, gpus_per_node=16)
+    two_ranks = Case("w", "c", ("w.py",), cpu=Flavour({}, ranks_per_node=2))
+    with pytest.raises(CaseSkipped, match="w-c-cpu: 2 CPU ranks need 2 cores, this host has 1"):
+        plan(CaseRun(two_ranks, "cpu"), Settings(baseline_dir=tmp_path), [Hardware("x", 1)], workdir=tmp_path,
+             root=tmp_path, test_id="t")
+
+
+def test_xdist_workers_beyond_the_gpus_skip_saying_to_run_fewer(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw4")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "8")
+    with pytest.raises(CaseSkipped, match=r"w-c-gpu: 8 pytest-xdist workers share 4 GPU\(s\) and worker 4 got none "
+                                          r"\(cases never share a GPU\); run fewer workers \(-n\)"):
+        planned(tmp_path, "gpu", [Hardware("x", 64, "NVIDIA H100 80GB HBM3", 4)])
+
+
+def test_a_plant_in_a_case_that_cannot_take_one_skips_it_saying_so(tmp_path):
+    logged = Case("w", "logged", ("w.py",), inject_flag=None, cpu=Flavour({}, ranks_per_node=1))
+    with pytest.raises(CaseSkipped, match=r"w-logged-cpu: its workload has no way to plant a slowdown "
+                                          r"\(--perf-inject-slowdown\)"):
+        plan(CaseRun(logged, "cpu"), Settings(baseline_dir=tmp_path, inject_slowdown=0.2), [Hardware("x", 4)],
+             workdir=tmp_path, root=tmp_path, test_id="t")

@@ -7,7 +7,7 @@ import pytest
 from fakes import METRIC, FakeMeasurer, LaunchClock, make_plan
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines, profile_diff
+from perfgate.judge import baseline_update, baselines, profile_diff
 from perfgate.judge.baselines import Baseline, MetricBaseline
 from perfgate.judge.gate import Gate, StoredBaseline
 from perfgate.judge.profile_diff import Summary
@@ -117,6 +117,20 @@ def test_an_update_records_the_baselines_profile_beside_it(tmp_path):
     kept = profile_diff.read(profile_diff.beside(plan.baseline_file))
     assert (kept.rank, kept.time_us("aten::addmm")) == (1, 2250.0), "the ranks' mean, named after the slowest"
     assert len(json.loads(plan.baseline_file.read_text())["metrics"][METRIC]["runs"]) == 3
+
+
+def test_an_update_whose_profile_fails_keeps_the_baseline_drops_the_old_profile_and_says_so(tmp_path):
+    plan = make_plan(tmp_path)
+    plan.baseline_file.parent.mkdir(parents=True, exist_ok=True)
+    profile_diff.beside(plan.baseline_file).write_text("{}")
+    measurer = FakeMeasurer(plan, [100.0, 101.0, 99.0])
+    with pytest.warns(baseline_update.ProfileNotRecordedWarning):
+        Gate(plan, Settings(baseline_repeats=3, update_baselines=True), measurer, StoredBaseline(plan.baseline_file),
+             root=plan.spec.workdir, nvml=lambda: (None, "")).check()
+    assert plan.baseline_file.exists() and not profile_diff.beside(plan.baseline_file).exists()
+    assert measurer.result.warnings == [{"category": "ProfileNotRecordedWarning", "message": (
+        f"{plan.run.key}: no profile recorded beside {plan.baseline_file} (and none kept from before): the fake "
+        "measurer launches nothing to profile")}]
 
 
 def test_a_fail_is_not_profiled_past_the_budget(tmp_path):

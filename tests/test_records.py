@@ -70,6 +70,9 @@ def test_malformed_record_is_an_error(tmp_path):
     path.write_text('{"step": 0}\n')
     with pytest.raises(RecordsError, match="without a known 'kind'"):
         read_records(path)
+    path.write_text('{"kind": "step", "step": 0, "samples": 8, "step_s": "fast", "data_s": 0}\n')
+    with pytest.raises(RecordsError, match="steps.jsonl: step record with a non-numeric field: .*'fast'"):
+        read_records(path)
 
 
 def test_tail_returns_only_new_complete_lines(tmp_path):

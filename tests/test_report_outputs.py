@@ -234,6 +234,14 @@ def test_the_baseline_log_says_what_is_wrong_also_under_its_old_name(tmp_path, c
     assert "no committed baseline matching nope-*" in capsys.readouterr().err
 
 
+def test_the_baseline_log_of_a_checkout_with_no_commits_says_the_history_was_not_read(tmp_path, capsys):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "baselines").mkdir()
+    assert cli.main(["baseline-log", "--baseline-dir", str(tmp_path / "baselines")]) == 2
+    said = capsys.readouterr().err
+    assert "the git history of baselines was not read: " in said and "does not have any commits yet" in said, said
+
+
 def test_a_case_without_a_baseline_says_so_where_the_baseline_runs_would_be(results):
     unjudged = dataclasses.replace(results[0], verdict="no-baseline",
                                    metrics=[{"metric": "samples_per_second", "unit": "samples/s", "measured": 100.0,

@@ -53,6 +53,10 @@ def test_help_lists_every_option_with_its_text(pytester):
         (["--perf-budget", "10", "--update-baselines"], "--perf-budget cuts a gate's launches short to end in time; a "
                                                         "baseline needs every run --update-baselines measures"),
         (["--perf-repeats", "3", "--perf-max-repeats", "2"], "--perf-max-repeats 2 is below --perf-repeats 3"),
+        (["--perf-inject-slowdown", "20%"], "invalid value for --perf-inject-slowdown (command line): must be a "
+                                            "fraction such as 0.05, got '20%'"),
+        (["--perf-min-gpu-util", "90"], "invalid value for --perf-min-gpu-util (command line): must be between 0 and "
+                                        "10 (0.05 = 5 % slower), got 90"),
         (["--perf-verdict", "bayes"], "invalid value for --perf-verdict (command line): unknown verdict 'bayes'; "
                                       "available: rules, model"),
         (["--perf-verdict", "model", "--perf-calibrate"], "--perf-verdict model weighs the machine's speed itself"),

@@ -18,7 +18,7 @@ from multinode import (NODE_LOCAL_COUNT, NODE_LOCAL_VOLUME, OTHER, check_each_ra
 from bisect_runs import check_bisect_across_two_nodes
 from pace import launch_start_bound_s
 
-from conftest import leftover_processes
+from conftest import leftover_processes, skip_without_server
 
 pytestmark = pytest.mark.launches
 
@@ -29,9 +29,7 @@ ARGS = ["--launcher", "slurm", "--nodes", "2", "--baseline-dir", "b", "--hardwar
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    why_not = slurm_cluster.missing()
-    if why_not:
-        pytest.skip(why_not)
+    skip_without_server(slurm_cluster.missing())
     started = slurm_cluster.SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
     yield started
     started.stop()

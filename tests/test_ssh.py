@@ -12,7 +12,7 @@ from multinode import (NODE_LOCAL_COUNT, NODE_LOCAL_VOLUME, OTHER, check_each_ra
                        run_node_local_workloads, write_suite)
 from pace import launch_start_bound_s
 
-from conftest import leftover_processes
+from conftest import leftover_processes, skip_without_server
 
 pytestmark = pytest.mark.launches
 
@@ -21,9 +21,7 @@ CLASS = "ssh-two-hosts"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    why_not = ssh_server.missing()
-    if why_not:
-        pytest.skip(why_not)
+    skip_without_server(ssh_server.missing())
     started = ssh_server.SshServer(tmp_path_factory.mktemp("sshd")).start()
     yield started
     started.stop()

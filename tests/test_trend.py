@@ -126,6 +126,16 @@ def test_trend_on_a_database_that_is_not_there_says_so_and_creates_nothing(tmp_p
     assert not missing.exists()
 
 
+def test_trend_of_cases_the_database_holds_no_result_of_names_the_selection(tmp_path, capsys):
+    from perfgate.cli import main as perfgate
+
+    history = tmp_path / "history.db"
+    ResultsDatabase(str(history)).close()
+    assert perfgate(["trend", "resnet50-*", "--history", str(history)]) == 2
+    assert (f"no results matching resnet50-* in {history}: run the suite with --perf-history {history} first"
+            in capsys.readouterr().err)
+
+
 def test_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "history.db"
     ResultsDatabase(str(path)).close()
@@ -788,6 +798,16 @@ def test_a_session_never_shows_the_password_and_an_unreachable_database_leaves_t
                  *(path.read_text(errors="replace") for path in written if path.suffix in {".xml", ".json", ".md"})]:
         assert postgres.password not in text
     assert any(path.name == "junit.xml" for path in written) and any(path.name == "result.json" for path in written)
+
+
+@pytest.mark.parametrize("url, why", [("postgresql://ci:secret@db:five/perf", "invalid literal for int()"),
+                                       ("://perf", "Could not parse SQLAlchemy URL")], ids=["port", "scheme"])
+def test_a_history_url_that_is_not_one_is_a_usage_error_that_hides_its_password(repo, url, why):
+    refused = repo.runpytest_inprocess(*ARGS, "--co", f"--perf-history={url}")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    said = refused.stderr.str()
+    assert f"perfgate: --perf-history {mask(url)}: not a database URL ({why}" in said, said
+    assert "give a path for SQLite or postgresql://USER@HOST/DB" in said and "secret" not in said
 
 
 def test_a_history_file_elsewhere_given_as_two_arguments_is_refused_before_it_moves_the_rootdir(repo, tmp_path_factory):

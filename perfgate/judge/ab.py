@@ -88,7 +88,8 @@ class RevisionReference:
                                                    METRICS[name].unit, runs)
         if not gated:
             raise CaseFailed(f"{run.key}: the reference {self.revision.name} reports none of the gated metrics "
-                             f"({', '.join(run.gated)})")
+                             f"({', '.join(run.gated)}): its workload is from before them. Compare against a newer "
+                             "revision, or gate a metric both sides measure (Flavour(gated=...))")
         return baselines.Baseline(run.key, self.plan.hardware_class, gated,
                                   provenance={"measured": measurement.medians(), "commit": self.revision.commit},
                                   workload_version=run.case.version)

@@ -94,8 +94,11 @@ class BaselineUpdate:
 
     def profile_beside(self) -> None:
         """The new baseline's operators per step, beside it (profile_diff.beside), for a later FAIL's "what got
-        slower": one more launch, never one of the baseline's runs. A case that cannot be profiled keeps none."""
+        slower": one more launch, never one of the baseline's runs. A case that cannot be profiled (an unmodified
+        script) keeps none, and a later FAIL says why."""
         kept = profile_diff.beside(self.where)
+        if self.measurer.why_not_profiled:
+            return
         try:
             summary = profile_diff.launch_summary(self.measurer.profile())
         except Exception as exc:  # the baseline is written: a profile that failed must not lose it

@@ -239,7 +239,9 @@ def load(path: Path) -> Baseline | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise BaselineError(f"{path}: cannot read baseline: {exc.strerror}") from None
+        raise BaselineError(f"{path}: cannot read baseline: {exc.strerror}; make it a readable file (its "
+                            "permissions, or what stands at that path), or move it away for --update-baselines to "
+                            "write a new one (nothing was changed)") from None
     fix = "fix or delete it, or rewrite it with --update-baselines (the file was not changed)"
     try:
         obj = json.loads(text)

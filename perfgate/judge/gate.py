@@ -492,12 +492,12 @@ class Gate:
         """Nothing to judge against (``why_not``: the baseline there is does not judge this machine): the measurement
         is reported, and the case skipped with how to create one."""
         plan, measured = self.plan, measurement.medians()
-        self.result.conclude("no-baseline")
         self.result.metrics = [
             {"metric": name, "unit": self.gated.unit(name), "measured": measured[name], "verdict": "no-baseline",
              "run_values": measurement.values(name)}
             for name in (self.gated.measured(measurement) if measurement.runs else [])
         ]
+        self.result.conclude("no-baseline")
         if why_not:
             message = (f"{plan.run.key}: {self.reference.where} {why_not}. Nothing was gated. Measure this machine's "
                        f"own: pytest '{plan.test_id}' --update-baselines --hardware-class {plan.detected_class}, then "

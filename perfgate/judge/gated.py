@@ -50,7 +50,12 @@ class GatedMetrics:
         run = self.plan.run
         measured = [name for name in run.gated if measurement.values(name)]
         if not measured:
-            raise CaseFailed(f"{run.key}: the runs measured none of the gated metrics ({', '.join(run.gated)})")
+            why = "; ".join(name + why_absent(measurement, name) for name in run.gated)
+            not_the_workloads = {name for clock in metrics.MACHINE_PROBES.values() for name in clock}
+            others = [name for name in METRICS
+                      if name not in not_the_workloads | {"planted_fraction"} and measurement.values(name)]
+            raise CaseFailed(f"{run.key}: the runs measured none of the gated metrics ({why}). Gate one they measure "
+                             f"(Flavour(gated=...) or Case(gated=...)): {', '.join(others) or 'none'}")
         for name in run.gated:
             if name not in measured:
                 self.note_ungated([name], "the runs did not measure it" + why_absent(measurement, name))

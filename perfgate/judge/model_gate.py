@@ -39,7 +39,8 @@ class ModelGate(Gate):
         unmeasured = [name for name in baseline.metrics if not measurement.values(name)]
         if unmeasured:
             raise CaseFailed(f"{plan.run.key}: the runs measured no {', '.join(unmeasured)}, which "
-                             f"{self.reference.where} gates: the workload no longer records it, or its records changed")
+                             f"{self.reference.where} gates: the workload no longer records it, or its records changed. "
+                             "Where that is meant, measure the baseline again: --update-baselines")
         stored = sessions_of(baseline, self.history_sessions(baseline))
         while True:
             effects = self.effects(baseline, measurement, stored)

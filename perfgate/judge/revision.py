@@ -75,7 +75,9 @@ def check_out(root: Path, ref: str, commit: str, into: Path) -> Revision:
     try:
         git(root, "worktree", "add", "--detach", str(into), commit)
     except GitError as exc:
-        raise RevisionError(f"{ref} could not be checked out beside the working tree: {exc}") from None
+        raise RevisionError(f"--perf-against {ref} could not be checked out beside the working tree ({into}): {exc}. "
+                            "Fix what git names there (free disk, TMPDIR writable, a damaged .git/worktrees), then "
+                            "run again") from None
     return Revision(ref, commit, into)
 
 

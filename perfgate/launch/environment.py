@@ -79,10 +79,13 @@ def probe(python: str, env: Mapping[str, str], timeout_s: float = 120.0) -> dict
         done = subprocess.run([python, "-m", "perfgate.launch.environment"], env={**env}, capture_output=True,
                               text=True, stdin=subprocess.DEVNULL, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EnvironmentProbeError(f"{python}: cannot run it: {exc}") from None
+        raise EnvironmentProbeError(f"{python}: cannot run it: {exc}; give a Python interpreter (a venv's bin/python, "
+                                    "or a script starting with #! that runs one)") from None
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EnvironmentProbeError(f"{python}: `{python} -m perfgate.launch.environment` exited {done.returncode}: {tail}")
+        raise EnvironmentProbeError(f"{python}: `{python} -m perfgate.launch.environment` exited {done.returncode}: "
+                                    f"{tail}; it must import this checkout's perfgate (its PYTHONPATH names it) with its "
+                                    "own torch")
     info = json.loads(done.stdout)
     if not info.get("torch"):
         raise EnvironmentProbeError(f"{python}: it has no torch (Python {info.get('python')}); point it at the interpreter "

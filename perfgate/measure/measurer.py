@@ -224,14 +224,21 @@ class Measurer:
         result.measured = measurement.medians()
         result.runs = len(measurement.runs)
 
+    @property
+    def why_not_profiled(self) -> str:
+        """Why this case cannot be profiled, or "" where it can."""
+        if isinstance(self.plan.run.case.records, JsonRecords):
+            return ""
+        return ("only perfgate's own workloads record torch.profiler (workloads/train_common.py); this case's script "
+                "is run unmodified")
+
     def profile(self, steps: int = PROFILE_STEPS) -> Path:
         """One more launch, never judged, with torch.profiler over ``steps`` steps after the warm-up (the plant, if the
         session has one, included): returns the directory its ranks wrote their summaries and traces to, beside the
         runs' logs. LaunchFailed where it fails; ValueError where the case cannot be profiled."""
         plan = self.plan
-        if not isinstance(plan.run.case.records, JsonRecords):
-            raise ValueError("only perfgate's own workloads record torch.profiler (workloads/train_common.py); this "
-                             "case's script is run unmodified")
+        if self.why_not_profiled:
+            raise ValueError(self.why_not_profiled)
         profile_dir = plan.spec.workdir / "profile"
         steps = min(steps, (plan.steps or steps + plan.warmup) - plan.warmup)
         argv = plan.run.argv(profile_dir, plan.steps, plan.world_size, plan.warmup, self._inject_slowdown,

@@ -192,7 +192,8 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
     window = steps[warmup:]
     window_s = sum(s.step_s for s in window)
     if window_s <= 0:
-        raise MetricsError("the measured window has zero duration")
+        raise MetricsError(f"the measured window has zero duration: its {len(window)} step times sum to 0 s (a log "
+                           "that rounds them away? have the script print them with more digits)")
     world = world_size or int(records.start.get("world_size", 1))
     throughput = sum(s.samples for s in window) / window_s
     times = [s.step_s for s in window]

@@ -226,7 +226,8 @@ def run_program(program: Sequence[str]) -> None:
         return
     script = Path(program[0]).resolve()
     if not script.is_file():
-        fail(f"the entry script {program[0]} does not exist (in {os.getcwd()})")
+        fail(f"the entry script {program[0]} does not exist (in {os.getcwd()}): a Case's entry is relative to the "
+             "rootdir, or to its cwd= where it has one")
     sys.argv = list(program)
     sys.path[0] = str(script.parent)
     runpy.run_path(program[0], run_name="__main__")

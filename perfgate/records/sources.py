@@ -8,6 +8,7 @@ with ``StepRecorder``. ``OpenClipLog`` reads upstream open_clip_train's log inst
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
@@ -202,7 +203,11 @@ class LogLines:
     def read(self, workdir: Path) -> RunRecords:
         steps = self.steps(self._lines(workdir))
         if not steps:
-            raise RecordsError(f"no line of rank 0's output under {workdir} matches the LogLines pattern {self.pattern!r}")
+            logs = sorted(workdir.glob("node0/*/attempt_0/0/stdout.log"))
+            log = logs[0] if logs else workdir / "node0/<run>/attempt_0/0/stdout.log"
+            raise RecordsError(f"no line of rank 0's output under {workdir} matches the LogLines pattern "
+                               f"{self.pattern!r}. Try the pattern on that log: perfgate import-log lines {log} "
+                               f"--pattern {shlex.quote(self.pattern)} --samples-per-step {self.samples_per_step}")
         return RunRecords(start={"source": "log_lines", "pattern": self.pattern}, steps=tuple(steps))
 
     def follow(self, workdir: Path) -> Follower:

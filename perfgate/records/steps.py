@@ -131,7 +131,9 @@ def read_records(path: Path) -> RunRecords:
     """Read a whole records file. A missing file is an error: the run wrote nothing."""
     path = Path(path)
     if not path.exists():
-        raise RecordsError(f"{path}: no step records were written (did rank 0 start training?)")
+        raise RecordsError(f"{path}: no step records were written (did rank 0 start training?). A workload writes "
+                           "them with perfgate's StepRecorder at the path of its --records option; for a script that "
+                           "does not, give its Case records=OptimizerSteps(...) or LogLines(...) (docs/own-script.md)")
     with path.open() as fh:
         return collect((obj for obj in (parse_line(line, str(path)) for line in fh) if obj), str(path))
 

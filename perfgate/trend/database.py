@@ -108,7 +108,7 @@ def url_of(text: str) -> URL:
         return URL.create("sqlite", database=str(Path(text).expanduser().resolve()))
     try:
         url = make_url(text)
-    except sa.exc.ArgumentError as exc:
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
         raise DatabaseError(f"--perf-history {mask(text)}: not a database URL ({exc}); give a path for SQLite or "
                             "postgresql://USER@HOST/DB") from None
     return url.set(drivername="postgresql+psycopg") if url.drivername == "postgresql" else url
