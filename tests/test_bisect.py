@@ -358,3 +358,18 @@ def test_a_relative_history_path_is_the_one_the_bisect_was_started_in_not_each_w
     assert kept.anchored(["--perf-history=h.db"], tmp_path) == [f"--perf-history={tmp_path / 'h.db'}"]
     assert kept.anchored(["--perf-history", "postgresql://ci@db/perf", "--perf-history=/abs/h.db"], tmp_path) == [
         "--perf-history=postgresql://ci@db/perf", "--perf-history=/abs/h.db"]
+
+
+def test_a_session_whose_results_this_perfgate_cannot_read_is_a_usage_error_naming_its_log(tmp_path):
+    """A commit whose perfgate writes another result record (an older schema): the bisect cannot judge it."""
+    from perfgate.bisect.session import Sessions
+
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do\n  if [ \"$1\" = --perf-results ]; then\n"
+                      "    echo '{\"results\": [{\"schema\": 0}]}' > \"$2\"\n  fi\n  shift\ndone\n")
+    python.chmod(0o755)
+    sessions = Sessions([], tmp_path / "scratch", tmp_path / "logs", python=str(python))
+    with pytest.raises(BisectUsageError, match=rf"the session in {tmp_path} wrote results this perfgate cannot read: "
+                                               r".*\(its log: .*01-ends.log\). That commit's perfgate writes "
+                                               r"another record: bisect a range whose perfgate writes this one's"):
+        sessions.run(tmp_path, "HEAD", "ends")

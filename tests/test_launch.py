@@ -222,6 +222,19 @@ def test_a_rendezvous_that_cannot_start_is_a_setup_error(tmp_path, monkeypatch, 
     assert failure.value.kind == "setup-error"
 
 
+def test_a_timeout_before_any_rank_started_is_a_rendezvous_that_never_completed(tmp_path):
+    from perfgate.launch.diagnose import timed_out
+
+    spec = LaunchSpec(entry=["w.py"], workdir=tmp_path, nodes=2, timeout_s=30.0)
+    failure = timed_out(spec, [tmp_path / "agent0.log", tmp_path / "agent1.log"])
+    assert failure.kind == "setup-error"
+    assert failure.message == ("the c10d rendezvous did not complete within 30 s, so no rank started: its port is "
+                               "taken by another program, or a node never joined (--nodes 2); killed every process "
+                               f"of the run. Agent log: {tmp_path / 'agent0.log'}")
+    (tmp_path / "node0" / "run_x" / "attempt_0").mkdir(parents=True)
+    assert timed_out(spec, [tmp_path / "agent0.log"]).kind == "timeout", "a rank had started: a hang in training"
+
+
 def test_a_rank_that_lost_its_peer_is_not_blamed_for_the_crash_that_caused_it(tmp_path):
     """Node 0's rank died of the gloo connection node 1's crash closed; node 1's rank is the cause, although
     node 0 comes first."""

@@ -55,6 +55,10 @@ def test_a_launch_is_its_ranks_mean_named_after_the_slowest_and_a_broken_summary
     (tmp_path / "profile-rank2.json").write_text("{")
     with pytest.raises(profile_diff.ProfileError, match="profile-rank2.json"):
         profile_diff.launch_summary(tmp_path)
+    (tmp_path / "profile-rank2.json").write_text('{"ops": {"aten::mm": {"self_cpu_us": "fast"}}}')
+    with pytest.raises(profile_diff.ProfileError, match=r"profile-rank2.json: not a profile summary \(expected "
+                                                        r'\{"steps": N, "rank": R, "ops": '):
+        profile_diff.launch_summary(tmp_path)
 
 
 def test_a_baselines_summary_keeps_the_operators_that_matter_and_sums_the_rest():

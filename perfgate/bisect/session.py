@@ -73,7 +73,8 @@ class Sessions:
                      for record in (json.loads(results.read_text())["results"] if results.exists() else [])]
         except (ValueError, KeyError, TypeError) as exc:
             raise BisectUsageError(f"the session in {tree} wrote results this perfgate cannot read: {exc} (its log: "
-                                   f"{log})") from None
+                                   f"{log}). That commit's perfgate writes another record: bisect a range whose "
+                                   "perfgate writes this one's, or run the bisect with that commit's perfgate") from None
         return Outcome({record.test: record for record in found}, exit_code, time.monotonic() - began, log)
 
     def stop(self) -> None:
