@@ -2,6 +2,7 @@
 
 import os
 import signal
+import shutil
 import subprocess
 import time
 
@@ -171,6 +172,20 @@ def test_unknown_revisions_dirty_trees_and_shallow_clones_are_refused_saying_wha
     with pytest.raises(RevisionError, match=rf"--perf-against needs a git checkout, and {copy} is not one: run it in a "
                                             r"clone \(a copy or an archive of the files has no commits to compare\)"):
         revision.commits(copy, "HEAD")
+
+
+def test_a_reference_worktree_git_cannot_remove_is_named_with_how_to_forget_it(repo):
+    """Its checkout lost its .git file (a clean-up that went too far): the session's end warns, naming the worktree,
+    and the verdicts stand."""
+    side = revision.ReferenceSide(repo.path, "HEAD~1", None)
+    tree = side.revision().root
+    (tree / ".git").unlink()
+    with pytest.raises(RevisionError, match=rf"the worktree of HEAD~1 at {tree} was not removed: .*; git worktree "
+                                            r"prune forgets it once the directory is gone"):
+        side.close()
+    shutil.rmtree(tree.parent)
+    git(repo.path, "worktree", "prune")
+    assert worktrees(repo.path) == [f"worktree {repo.path}"], "as the message says"
 
 
 def test_a_refused_reference_is_a_usage_error_before_any_case_runs(repo):
