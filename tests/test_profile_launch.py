@@ -1,6 +1,7 @@
 """Real profiled launches name the code change that slowed a case: the workload's torch.profiler summaries of an
 unchanged and a changed build (tests/changed_workload.py on 2 gloo ranks), diffed as a FAIL diffs them."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,13 @@ def test_an_unchanged_builds_diff_names_nothing_and_a_plant_names_itself(tmp_pat
     """Serial: beside another test's launches, the compute-bound operators slow more than the rest (aten::mm read
     1.98 against 3.91 ms a step), which no share of the step tells from a change; quiet, two profiles agree."""
     first = profiled(tmp_path / "first", "none")
-    traces = sorted(path.name for path in (tmp_path / "first" / "none" / "profile").glob("trace-rank*.json"))
-    assert traces == ["trace-rank0.json", "trace-rank1.json"], "each rank's trace, for Perfetto"
+    traces = tmp_path / "first" / "none" / "profile" / "traces"
+    assert sorted(path.name for path in traces.iterdir()) == ["trace-rank0.json", "trace-rank1.json"], (
+        "each rank's trace, for Perfetto, and nothing else, for TraceDiff")
+    events = json.loads((traces / "trace-rank1.json").read_text())
+    steps = {event["name"] for event in events["traceEvents"] if event.get("name", "").startswith("ProfilerStep#")}
+    assert len(steps) == 6 and events["distributedInfo"]["rank"] == 1, "iterations and ranks, as HTA's TraceDiff reads"
+    assert not [op for op in first.ops if op.startswith("ProfilerStep#")], "the step ranges are not operators"
     assert profile_diff.diff(first, profiled(tmp_path / "again", "none")) == []
     rows = profile_diff.diff(first, profiled(tmp_path / "planted", "none", "--inject-slowdown", "0.5"))
     assert rows[0]["op"] == "perfgate.planted_slowdown", rows

@@ -242,11 +242,15 @@ DATA_RANGE = "perfgate.data_wait"
 class StepProfile:
     """torch.profiler over ``--profile-steps`` steps after the ``--warmup`` ones, in a launch perfgate never judges:
     each rank writes its operators' calls and self time per step (``profile-rank<R>.json``, what perfgate diffs) and
-    the trace, which Perfetto or chrome://tracing opens (``trace-rank<R>.json``), into ``--profile-dir``."""
+    the trace, which Perfetto or chrome://tracing opens (``traces/trace-rank<R>.json``), into ``--profile-dir``. Each
+    step is a ``ProfilerStep#N`` range in the trace, which Holistic Trace Analysis' TraceDiff takes for its
+    iterations, and ``traces/`` holds nothing else, as TraceDiff reads every JSON file of a directory; the summary
+    leaves those ranges out (their self time is what no operator of the step claimed)."""
 
     def __init__(self, args: argparse.Namespace, env: Distributed) -> None:
         self.first, self.count, self.out, self.env = args.warmup, args.profile_steps, args.profile_dir, env
         self.profiler: torch.profiler.profile | None = None
+        self.step_range: torch.profiler.record_function | None = None
         self.profiled = 0
 
     def range(self, name: str) -> contextlib.AbstractContextManager:
@@ -261,10 +265,15 @@ class StepProfile:
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             self.profiler = torch.profiler.profile(activities=activities)
             self.profiler.__enter__()
+        if self.profiler is not None:
+            self.step_range = torch.profiler.record_function(f"ProfilerStep#{step}")
+            self.step_range.__enter__()
 
     def step_ended(self, step: int) -> None:
         if self.profiler is None:
             return
+        self.step_range.__exit__(None, None, None)
+        self.step_range = None
         self.profiled += 1
         if step == self.first + self.count - 1:
             self.close()
@@ -273,17 +282,23 @@ class StepProfile:
         """Stops profiling (at the last profiled step, or where the run stopped sooner) and writes what it saw."""
         if self.profiler is None:
             return
+        if self.step_range is not None:
+            self.step_range.__exit__(None, None, None)
+            self.step_range = None
         profiler, self.profiler = self.profiler, None
         profiler.__exit__(None, None, None)
         steps, ops = max(self.profiled, 1), {}
         for event in profiler.key_averages():
+            if event.key.startswith("ProfilerStep#"):
+                continue
             device_us = getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
             ops[event.key] = {"calls": event.count / steps, "self_cpu_us": event.self_cpu_time_total / steps,
                               "self_device_us": device_us / steps}
         self.out.mkdir(parents=True, exist_ok=True)
         summary = {"steps": steps, "rank": self.env.rank, "device": self.env.device.type, "ops": ops}
         (self.out / f"profile-rank{self.env.rank}.json").write_text(json.dumps(summary))
-        profiler.export_chrome_trace(str(self.out / f"trace-rank{self.env.rank}.json"))
+        (self.out / "traces").mkdir(exist_ok=True)
+        profiler.export_chrome_trace(str(self.out / "traces" / f"trace-rank{self.env.rank}.json"))
 
 
 class Trainer:

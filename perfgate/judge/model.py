@@ -48,9 +48,9 @@ prior expected the quiet session's fastest step 65 % faster, and FAILed it)."""
 NOMINAL_LAUNCHES = 3
 """The launches behind a stored session's median, which the file does not record (make perf's default)."""
 POWER = 0.9
+"""The chance with which the stated figure is caught."""
 MIN_GAIN = 0.03
 """The least share of the standard error one more launch must take off to be launched."""
-"""The chance with which the stated figure is caught."""
 ALPHA = 0.05
 
 
