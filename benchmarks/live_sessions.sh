@@ -18,7 +18,7 @@ mkdir -p "$out"
 plan=("0 quiet" "0.2 loaded" "0 loaded" "0.5 quiet" "0 quiet" "0.5 loaded" "0 loaded" "0.2 quiet")
 busy=()
 stop_load() {
-  for pid in "${busy[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in ${busy[@]+"${busy[@]}"}; do kill "$pid" 2>/dev/null || true; done
   busy=()
 }
 trap stop_load EXIT

@@ -16,10 +16,13 @@ unchanged case-sessions and their verdicts, the plants caught per size, the medi
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
@@ -162,7 +165,44 @@ def priors(baseline_dir: Path) -> None:
     for clock, found in sorted(fitted.items()):
         taus, slopes = zip(*found)
         print(f'("cpu", "{clock}"): Prior(tau={statistics.median(taus):.3f}, slope={statistics.median(slopes):.2f}, '
-              f"slope_sd={statistics.stdev(slopes):.2f}),  # {len(found)} case files")
+              f"slope_sd={statistics.stdev(slopes):.2f}),  # {len(found)} case files, on the wall-clock matmul")
+    pooled_priors(baseline_dir)
+
+
+def pooled_priors(baseline_dir: Path) -> None:
+    """Per clock, over the case files whose sessions all read the matmul by both clocks (stored since the sessions
+    keep every probe reading): one least-squares fit of the sessions' means on the CPU-time matmul and the
+    neighbour's turns (logs against the file's own baseline), each file and metric at its own level. tau is the
+    residual spread less the sessions' own launch noise; the slopes' uncertainties are their standard errors."""
+    rows: dict[str, list[tuple[str, float, float, float]]] = defaultdict(list)
+    noise: dict[str, list[float]] = defaultdict(list)
+    for baseline in files(baseline_dir):
+        for metric in baseline.metrics:
+            own, stored = sessions(baseline, metric)
+            everyone = [own, *stored]
+            if not all(model.has_turns(session) for session in everyone):
+                continue
+            clock = METRICS[metric].clock
+            for session in everyone:
+                rows[clock].append((f"{baseline.hardware_class}:{baseline.case}:{metric}", session.mean,
+                                    *(math.log(model.reading(session, name) / model.reading(own, name))
+                                      for name in ("probe_matmul_cpu_gflops", model.NEIGHBOUR_TURNS))))
+            noise[clock].append(model.within_session([own])[0] / model.NOMINAL_LAUNCHES)
+    for clock, found in sorted(rows.items()):
+        groups = sorted({group for group, *_ in found})
+        x = np.array([[float(group == g) for g in groups] + [matmul, turns] for group, _, matmul, turns in found])
+        y = np.array([mean for _, mean, _, _ in found])
+        dof = len(y) - x.shape[1]
+        if dof <= 0:
+            print(f'("cpu", "{clock}"): {len(y)} sessions of {len(groups)} case metrics are too few to fit')
+            continue
+        fitted, _, _, _ = np.linalg.lstsq(x, y, rcond=None)
+        residual_var = float(np.sum((y - x @ fitted) ** 2)) / dof
+        se = np.sqrt(np.diag(residual_var * np.linalg.pinv(x.T @ x)))
+        tau = math.sqrt(max(0.0, residual_var - statistics.mean(noise[clock])))
+        print(f'("cpu", "{clock}"): Prior(tau={tau:.3f}, slope={fitted[-2]:.2f}, slope_sd={se[-2]:.2f}, '
+              f"turns_slope={fitted[-1]:.2f}, turns_slope_sd={se[-1]:.2f}),  # {len(y)} sessions of {len(groups)} "
+              "case metrics, on the CPU-time matmul and the neighbour's turns")
 
 
 def main() -> int:

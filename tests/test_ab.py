@@ -2,9 +2,10 @@
 
 import os
 import signal
-import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from background_load import busy_processes
@@ -180,10 +181,10 @@ def test_a_reference_worktree_git_cannot_remove_is_named_with_how_to_forget_it(r
     side = revision.ReferenceSide(repo.path, "HEAD~1", None)
     tree = side.revision().root
     (tree / ".git").unlink()
-    with pytest.raises(RevisionError, match=rf"the worktree of HEAD~1 at {tree} was not removed: .*; git worktree "
-                                            r"prune forgets it once the directory is gone"):
+    with pytest.raises(RevisionError, match=rf"the worktree of HEAD~1 at {tree} was not removed by git: .*; its "
+                                            r"directory is deleted, so run `git worktree prune` for git to forget it"):
         side.close()
-    shutil.rmtree(tree.parent)
+    assert not tree.parent.exists()
     git(repo.path, "worktree", "prune")
     assert worktrees(repo.path) == [f"worktree {repo.path}"], "as the message says"
 
@@ -199,12 +200,14 @@ def test_a_reference_git_cannot_check_out_fails_the_case_saying_what_git_said_an
     """git worktree add needs .git/worktrees; where that is not a directory (a damaged repository) the checkout fails
     at the first case, which fails saying so: not a traceback."""
     (repo.path / ".git" / "worktrees").write_text("not a directory\n")
+    before = set(Path(tempfile.gettempdir()).glob("perfgate-against-*"))
     result = repo.runpytest_inprocess(*ARGS, "--perf-against", "HEAD~1", "-k", "sleep")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*sleeper-sleep-cpu: --perf-against HEAD~1 could not be checked out beside the "
                                  "working tree (*tree): *", "*Fix what git names there (free disk, TMPDIR writable, a "
                                  "damaged .git/worktrees), then run again*"])
     assert "Traceback" not in result.stdout.str()
+    assert set(Path(tempfile.gettempdir()).glob("perfgate-against-*")) <= before, "no checkout directory is left"
 
 
 @pytest.mark.launches

@@ -198,7 +198,7 @@ class RecordsWritingLauncher:
     """Stands in for a launcher: writes a finished run's records while polling, as a real launch would. With
     ``sampled_by`` (a FakeNvml), the last step waits for two more of its samples, so that one falls inside the window
     however late the monitor's thread gets a core. The nodes' samples are stamped inside the window the measurer saw
-(after its poll of the second step)."""
+    (after its poll of the second step)."""
 
     def __init__(self, node_samples=None, sampled_by=None):
         self.node_samples = node_samples or {}

@@ -158,6 +158,8 @@ def test_updates_the_grad_scaler_skipped_are_counted_and_not_timed(tmp_path, fus
     numbers = [s["step"] for s in steps]
     assert numbers == sorted(set(numbers)), "each optimizer call has its own number; skipped ones leave a gap"
     assert_no_step_holds(sleeps(tmp_path / "sleeps.txt"), steps)
+    assert all((s.get("planted_s") or 0.0) < SKIPPED_SLEEP_S / 2 for s in steps[1:]), (
+        "no plant lengthened by a skipped update's sleep (the first step's holds the start-up: its plant is half of it)")
 
 
 def test_a_step_whose_closure_runs_forward_and_backward_is_timed_step_to_step(tmp_path):

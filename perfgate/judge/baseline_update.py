@@ -98,6 +98,7 @@ class BaselineUpdate:
         script) keeps none, and a later FAIL says why."""
         kept = profile_diff.beside(self.where)
         if self.measurer.why_not_profiled:
+            kept.unlink(missing_ok=True)
             return
         try:
             summary = profile_diff.launch_summary(self.measurer.profile())

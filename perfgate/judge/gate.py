@@ -492,7 +492,7 @@ class Gate:
         """Nothing to judge against (``why_not``: the baseline there is does not judge this machine): the measurement
         is reported, and the case skipped with how to create one."""
         plan, measured = self.plan, measurement.medians()
-        self.result.metrics = [
+        self.result.metrics = [  # before the verdict: gated.measured raises where the runs measured none of them
             {"metric": name, "unit": self.gated.unit(name), "measured": measured[name], "verdict": "no-baseline",
              "run_values": measurement.values(name)}
             for name in (self.gated.measured(measurement) if measurement.runs else [])

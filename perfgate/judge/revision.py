@@ -85,8 +85,8 @@ def remove(root: Path, revision: Revision) -> None:
     try:
         git(root, "worktree", "remove", "--force", str(revision.root))
     except GitError as exc:
-        raise RevisionError(f"the worktree of {revision.name} at {revision.root} was not removed: {exc}; "
-                            "git worktree prune forgets it once the directory is gone") from None
+        raise RevisionError(f"the worktree of {revision.name} at {revision.root} was not removed by git: {exc}; its "
+                            "directory is deleted, so run `git worktree prune` for git to forget it") from None
 
 
 def entry_in(revision: Revision, run: CaseRun, root: Path) -> Path | None:
@@ -135,10 +135,16 @@ class ReferenceSide:
     def revision(self) -> Revision:
         if self._revision is None:
             into = Path(tempfile.mkdtemp(prefix="perfgate-against-")) / "tree"
-            self._revision = check_out(self.root, self.against, self.commits[0], into)
+            try:
+                self._revision = check_out(self.root, self.against, self.commits[0], into)
+            except RevisionError:
+                shutil.rmtree(into.parent, ignore_errors=True)
+                raise
         return self._revision
 
     def close(self) -> None:
         if self._revision is not None and self._revision.python is None:
-            remove(self.root, self._revision)
-            shutil.rmtree(self._revision.root.parent, ignore_errors=True)
+            try:
+                remove(self.root, self._revision)
+            finally:
+                shutil.rmtree(self._revision.root.parent, ignore_errors=True)

@@ -203,8 +203,9 @@ class LogLines:
     def read(self, workdir: Path) -> RunRecords:
         steps = self.steps(self._lines(workdir))
         if not steps:
-            logs = sorted(workdir.glob("node0/*/attempt_0/0/stdout.log"))
-            log = logs[0] if logs else workdir / "node0/<run>/attempt_0/0/stdout.log"
+            logs = [path for name in ("stdout.log", "stderr.log")
+                    for path in sorted(workdir.glob(f"node0/*/attempt_0/0/{name}")) if path.stat().st_size]
+            log = shlex.quote(str(logs[0])) if logs else "LOG"
             raise RecordsError(f"no line of rank 0's output under {workdir} matches the LogLines pattern "
                                f"{self.pattern!r}. Try the pattern on that log: perfgate import-log lines {log} "
                                f"--pattern {shlex.quote(self.pattern)} --samples-per-step {self.samples_per_step}")
