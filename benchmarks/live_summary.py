@@ -5,6 +5,12 @@ figure FAILed.
 
     python benchmarks/live_summary.py results/live
 
+    python benchmarks/live_summary.py results/live --rejudge baselines
+
+judges every kept session again with the model of this checkout (its priors, say), against the baseline file and the
+case's other unchanged sessions (all of them but the one judged: a replay, which knows the sessions after it too),
+from the launches each recorded; the table is then the one above, for that judge.
+
 It also keeps each session's records for the script (``--keep``, ``--newest-record``)."""
 
 from __future__ import annotations
@@ -19,7 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from perfgate.judge import baselines, model  # noqa: E402
+from perfgate.measure.metrics import METRICS  # noqa: E402
 from perfgate.trend.database import ResultsDatabase  # noqa: E402
+
+ORDER = ("FAIL", "unresolved", "stale", "pass")
+TOLERANCES = {"wall": 0.06, "cpu": 0.05}
+"""A CPU flavour's default least tolerances (config/cases.py), as the live sessions' cases have them."""
 
 
 def records_after(history: Path, after: int) -> dict[int, dict]:
@@ -46,15 +58,55 @@ def figure(record: dict) -> float | None:
     return min(found) if found else None
 
 
-def summarise(directory: Path) -> str:
+def probes_of(record: dict) -> dict[str, float]:
+    """The session's probe readings: each one's median over its launches."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for run in record["per_run"]:
+        for name in model.PROBES:
+            if run["metrics"].get(name):
+                found[name].append(run["metrics"][name])
+    return {name: statistics.median(values) for name, values in found.items()}
+
+
+def rejudged(sessions: list[dict], baseline_dir: Path) -> list[dict]:
+    """The sessions, each case's record judged again by the model (leave one out among the unchanged sessions)."""
+    again = []
+    for index, session in enumerate(sessions):
+        cases = {}
+        for case, record in session["cases"].items():
+            baseline = baselines.load(baseline_dir / record["hardware_class"] / f"{case}.json")
+            if baseline is None or not record.get("per_run"):
+                continue
+            others = [other["cases"][case] for number, other in enumerate(sessions)
+                      if number != index and not other["plant"] and case in other["cases"]]
+            measured = baseline.provenance.get("measured", {})
+            rows = []
+            for metric, reference in baseline.metrics.items():
+                info = METRICS[metric]
+                values = [run["metrics"][metric] for run in record["per_run"] if run["metrics"].get(metric)]
+                if not values:
+                    continue
+                own = model.session_of(list(reference.samples), info.better, {k: measured.get(k) for k in model.PROBES})
+                this = model.session_of(values, info.better, probes_of(record))
+                stored = [model.stored_session(statistics.median(run["metrics"][metric] for run in other["per_run"]),
+                                               info.better, probes_of(other)) for other in others]
+                effect = model.estimate(this, own, stored, clock=info.clock, kind="cpu",
+                                        tolerance=TOLERANCES[info.clock], metrics=len(baseline.metrics))
+                rows.append({"verdict": effect.verdict, "catchable": effect.catchable})
+            verdict = next(v for v in ORDER if v in {row["verdict"] for row in rows})
+            cases[case] = {**record, "verdict": verdict, "metrics": rows}
+        again.append({**session, "cases": cases})
+    return again
+
+
+def summarise(sessions: list[dict]) -> str:
     verdicts: dict[tuple[float, str], Counter] = defaultdict(Counter)
     figures: dict[tuple[float, str], list[float]] = defaultdict(list)
     caught_above: dict[tuple[float, str], list[bool]] = defaultdict(list)
-    sessions: Counter = Counter()
-    for path in sorted(directory.glob("*.json")):
-        session = json.loads(path.read_text())
+    counted: Counter = Counter()
+    for session in sessions:
         key = (session["plant"], session["load"])
-        sessions[key] += 1
+        counted[key] += 1
         for record in session["cases"].values():
             verdicts[key][record["verdict"]] += 1
             stated = figure(record)
@@ -70,7 +122,7 @@ def summarise(directory: Path) -> str:
         shown = ", ".join(f"{count} {verdict}" for verdict, count in counts.most_common())
         median = f"{statistics.median(figures[key]):.0%}" if figures[key] else "-"
         above = caught_above[key]
-        lines.append(f"| {key[0]:.0%} | {key[1]} | {sessions[key]} | {total} | {shown} | "
+        lines.append(f"| {key[0]:.0%} | {key[1]} | {counted[key]} | {total} | {shown} | "
                      f"{counts['FAIL']} ({counts['FAIL'] / total:.1%}) | {median} | "
                      f"{sum(above)} of {len(above)} |")
     return "\n".join(lines)
@@ -85,6 +137,8 @@ def main() -> int:
     parser.add_argument("--started", default="")
     parser.add_argument("--plant", type=float, default=0.0)
     parser.add_argument("--load", default="quiet")
+    parser.add_argument("--rejudge", type=Path, metavar="BASELINE_DIR",
+                        help="judge the sessions again with this checkout's model against these baselines")
     args = parser.parse_args()
     if args.newest_record:
         print(max(records_after(args.path, 0), default=0))
@@ -92,7 +146,8 @@ def main() -> int:
         args.history = args.path
         keep(args)
     else:
-        print(summarise(args.path))
+        sessions = [json.loads(path.read_text()) for path in sorted(args.path.glob("*.json"))]
+        print(summarise(rejudged(sessions, args.rejudge) if args.rejudge else sessions))
     return 0
 
 

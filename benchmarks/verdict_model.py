@@ -50,6 +50,8 @@ def files(baseline_dir: Path) -> list[baselines.Baseline]:
     """The CPU baselines that store sessions."""
     found = []
     for path in sorted(baseline_dir.glob("cpu-*/*.json")):
+        if path.name.endswith(".profile.json"):  # the profile summary beside a baseline (profile_diff.beside)
+            continue
         baseline = baselines.load(path)
         if baseline is not None and len(baseline.sessions) >= 2:
             found.append(baseline)

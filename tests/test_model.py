@@ -97,7 +97,7 @@ def test_with_no_stored_session_the_prior_judges():
     rng = np.random.default_rng(13)
     baseline, this = simulate(rng, launches=7, tau=0.0), simulate(rng, tau=0.0)
     effect = model.estimate(this, baseline, [], clock="wall", kind="cpu", tolerance=0.06)
-    prior = model.PRIORS["cpu", "wall"]
+    prior = model.PRIORS["cpu", "wall"][0]
     assert effect.basis == "the prior" and effect.covariates == (MATMUL_CPU, model.NEIGHBOUR_TURNS)
     assert effect.components.between_sessions == pytest.approx(prior.tau ** 2)
     assert effect.se > math.sqrt(2) * prior.tau, "this session's and the baseline's own session each stray by tau"
@@ -160,7 +160,7 @@ def test_one_launch_a_side_takes_the_priors_spread_for_the_launches():
     """A published figure against one launch: no launch spread was measured, so none is assumed away."""
     baseline, this = Session(((0.0,),), {MATMUL: 70.0}), Session(((0.05,),), {MATMUL: 70.0})
     effect = model.estimate(this, baseline, [], clock="wall", kind="gpu", tolerance=0.02)
-    assert effect.components.between_launches == pytest.approx(model.PRIORS["gpu", "wall"].tau ** 2)
+    assert effect.components.between_launches == pytest.approx(model.PRIORS["gpu", "wall"][0].tau ** 2)
     assert effect.verdict != "FAIL", "5 % worse, against a 2 % tolerance, is not proven by one launch a side"
 
 
@@ -180,12 +180,13 @@ def test_the_prior_weighs_the_machine_by_cpu_time_not_a_neighbours_turns():
 
 def test_the_prior_widens_for_a_neighbours_turns_instead_of_failing_them():
     """Live, beside two busy processes that took a third of the turns (the wall-clock matmul 63 against 100, by CPU
-    time 94 against 101), the U-Net's fastest step read 35 % slower: the prior does not know how far a wall-clock
-    metric moves with the turns, so it may not FAIL that (without the turns in the prior it did, live)."""
+    time 94 against 101), the U-Net's fastest step read 35 % slower: how far a wall-clock metric moves with the turns
+    depends on the neighbour (0.62 beside two busy processes, 0.19 beside another test's launches), so the prior may
+    not FAIL that (without the turns in the prior it did, live)."""
     baseline = Session(tuple((v,) for v in (0.0, 0.02, -0.02, 0.01, -0.01)), {MATMUL: 100.5, MATMUL_CPU: 100.9})
     loaded = Session(tuple((math.log(1.35) + v,) for v in (0.0, 0.02, -0.02)), {MATMUL: 62.9, MATMUL_CPU: 94.2})
     effect = model.estimate(loaded, baseline, [], clock="wall", kind="cpu", tolerance=0.06)
     assert effect.covariates == (MATMUL_CPU, model.NEIGHBOUR_TURNS) and effect.verdict != "FAIL"
     assert effect.catchable > 0.5, "and it says how little such a session can catch"
     cpu_clock = model.estimate(loaded, baseline, [], clock="cpu", kind="cpu", tolerance=0.05)
-    assert cpu_clock.slopes[-1] == 0.0, "the CPU clock is not expected to move with the turns"
+    assert abs(cpu_clock.slopes[-1]) < 0.1, "the CPU clock hardly moves with the turns (0.04 fitted)"

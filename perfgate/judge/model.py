@@ -40,11 +40,7 @@ COVARIATES = {"wall": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps", NEIGHBO
 """Which readings move a metric of each clock, where every session has them. Sessions stored before the CPU-time
 readings were kept have the wall-clock matmul alone, which then stands in for all of them (FALLBACK)."""
 FALLBACK = (WALL_MATMUL,)
-PRIOR_COVARIATES = ("probe_matmul_cpu_gflops", WALL_MATMUL)
-"""What the prior's slope is applied to, the first both sessions have: the CPU-time matmul reads the machine's
-speed whatever a neighbour takes, which the wall-clock one also reads (a baseline measured beside two busy processes
-read 48 GFLOP/s by the wall clock and 97 by CPU time, and a quiet session 100 and 101: by the wall clock alone, the
-prior expected the quiet session's fastest step 65 % faster, and FAILed it)."""
+CPU_MATMUL = "probe_matmul_cpu_gflops"
 NOMINAL_LAUNCHES = 3
 """The launches behind a stored session's median, which the file does not record (make perf's default)."""
 POWER = 0.9
@@ -56,30 +52,39 @@ ALPHA = 0.05
 
 @dataclass(frozen=True)
 class Prior:
-    """What a clone with no sessions assumes: the between-session spread (log sd) and how the metric moves with the
-    machine's speed (slope per log of the matmul's ratio, and its uncertainty), fitted on the wall-clock matmul, the
-    one reading every committed session has."""
+    """What a clone with too few sessions assumes: the between-session spread (log sd) and how the metric moves with
+    the machine's speed, the slope per log of the ratio of reading ``on`` (and its uncertainty)."""
 
     tau: float
+    on: str
     slope: float
     slope_sd: float
     turns_slope: float = 0.0
-    """How the metric moves with the neighbour's turns (log of the matmul's wall time over its CPU time)."""
+    """How the metric moves with the neighbour's turns (log of the matmul's wall time over its CPU time), where the
+    prior is on the CPU-time matmul, which both need."""
     turns_slope_sd: float = 0.0
 
 
 PRIORS = {
-    ("cpu", "wall"): Prior(tau=0.056, slope=-0.68, slope_sd=0.12, turns_slope=0.5, turns_slope_sd=0.5),
-    ("cpu", "cpu"): Prior(tau=0.071, slope=-0.11, slope_sd=0.15, turns_slope=0.0, turns_slope_sd=0.25),
-    ("gpu", "wall"): Prior(tau=0.010, slope=0.0, slope_sd=0.05),
-    ("gpu", "cpu"): Prior(tau=0.030, slope=0.0, slope_sd=0.25),
+    ("cpu", "wall"): (Prior(tau=0.053, on=CPU_MATMUL, slope=-0.71, slope_sd=0.16, turns_slope=0.45, turns_slope_sd=0.25),
+                      Prior(tau=0.056, on=WALL_MATMUL, slope=-0.68, slope_sd=0.12)),
+    ("cpu", "cpu"): (Prior(tau=0.038, on=CPU_MATMUL, slope=-0.59, slope_sd=0.12, turns_slope=0.04, turns_slope_sd=0.04),
+                     Prior(tau=0.071, on=WALL_MATMUL, slope=-0.11, slope_sd=0.15)),
+    ("gpu", "wall"): (Prior(tau=0.010, on=WALL_MATMUL, slope=0.0, slope_sd=0.05),),
+    ("gpu", "cpu"): (Prior(tau=0.030, on=WALL_MATMUL, slope=0.0, slope_sd=0.25),),
 }
-"""tau and the machine's slope fitted from the sessions committed in baselines/ (21 case files, 2026-12-07) by
-``python benchmarks/verdict_model.py --priors`` (CPU). The neighbour's turns are assumed, since no committed session
-kept a CPU-time reading: a wall-clock metric moves with them between not at all (a best-of step that still got whole
-cores) and one for one (steps long enough that none did: the U-Net's fastest step read 34-35 % slower beside two busy
-processes that took a third of the turns), so 0.5 +- 0.5; the CPU clock 0 +- 0.25. A GPU flavour's spread is tight
-by assumption until GPU sessions are stored (issue 71)."""
+"""Each flavour's priors, the first whose reading both sessions have. On the CPU-time matmul and the neighbour's turns:
+fitted by ``python benchmarks/verdict_model.py --priors`` on the sessions stored with the AMD EPYC family 25 model
+17 avx512bf16 baselines (35 sessions of 7 cases, the baseline's and 4 unchanged ones, quiet and beside two busy
+processes, 2026-12-07 12:45-13:58), each case at its own level. Both clocks move with the machine: a CPU time per
+sample rises as a slower host's cores take longer (-0.59 per log of the matmul's rate), which the wall-clock matmul,
+which the neighbour's turns also move, had hidden (-0.11 fitted on it). The CPU clock hardly moves with the
+neighbour's turns (0.04); the wall clock's fastest step moved 0.62 +- 0.05 with two busy processes, which never
+yield, but 0.19 with another test's launches, which come and go (a baseline measured beside them, its turns 2.0,
+and a quiet session 14 % faster): the prior takes that range, 0.45 +- 0.25. The sessions span an hour: tau is to
+be refitted as sessions of other days are stored. On the wall-clock matmul alone (sessions stored before every reading was kept): fitted on the 21
+case files of three classes, 2026-12-07. A GPU flavour's spread is tight by assumption until GPU sessions are
+stored (issue 71)."""
 
 
 @dataclass(frozen=True)
@@ -255,12 +260,20 @@ class Effect:
                 f"{self.basis}; catches {self.catchable:.0%})")
 
 
+def prior_for(kind: str, clock: str, baseline: Session, this: Session) -> Prior:
+    """The flavour's first prior whose reading both sessions have (the CPU-time matmul reads the machine's speed
+    whatever a neighbour takes; sessions stored before it was kept have the wall-clock one alone); else its last,
+    whose slope then has nothing to apply to."""
+    priors = PRIORS[kind, clock]
+    return next((prior for prior in priors if all(prior.on in s.probes for s in (baseline, this))), priors[-1])
+
+
 def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clock: str, kind: str,
              tolerance: float, metrics: int = 1, alpha: float = ALPHA) -> Effect:
     """This session's effect against the baseline's session and the stored ones, each with its probe readings."""
     launch_var, window_var = within_session([baseline, this])
     if len(baseline.launches) + len(this.launches) <= 2:
-        launch_var = max(launch_var, PRIORS[kind, clock].tau ** 2)  # one launch a side says nothing of their spread
+        launch_var = max(launch_var, PRIORS[kind, clock][0].tau ** 2)  # one launch a side says nothing of their spread
     windows = float(np.mean([len(w) for w in this.launches]))
     n = len(this.launches)
     sessions = [baseline, *stored]
@@ -280,14 +293,14 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
         quantile = float(scipy_stats.t.ppf(1 - one_side, dof))
         slopes, basis = tuple(float(b) for b in fitted[1:]), f"{len(sessions)} sessions"
     else:
-        prior = PRIORS[kind, clock]
-        names = next(((name,) for name in PRIOR_COVARIATES if all(name in s.probes for s in (baseline, this))), ())
+        prior = prior_for(kind, clock, baseline, this)
+        names = (prior.on,) if all(prior.on in s.probes for s in (baseline, this)) else ()
         x_this = math.log(reading(this, names[0]) / reading(baseline, names[0])) if names else 0.0
         tau2 = prior.tau ** 2
         predicted = baseline.mean + prior.slope * x_this
         prediction_var = tau2 + launch_var / len(baseline.launches) + (x_this * prior.slope_sd) ** 2
         slopes = (prior.slope,) if names else ()
-        if all(has_turns(s) for s in (baseline, this)):
+        if prior.on == CPU_MATMUL and names and all(has_turns(s) for s in (baseline, this)):
             x_turns = math.log(reading(this, NEIGHBOUR_TURNS) / reading(baseline, NEIGHBOUR_TURNS))
             predicted += prior.turns_slope * x_turns
             prediction_var += (x_turns * prior.turns_slope_sd) ** 2
