@@ -289,7 +289,7 @@ class StepProfile:
         profiler.__exit__(None, None, None)
         steps, ops = max(self.profiled, 1), {}
         for event in profiler.key_averages():
-            if event.key.startswith("ProfilerStep#"):
+            if event.key.startswith("ProfilerStep"):  # key_averages names them all "ProfilerStep*"
                 continue
             device_us = getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
             ops[event.key] = {"calls": event.count / steps, "self_cpu_us": event.self_cpu_time_total / steps,
