@@ -74,9 +74,9 @@ PRIORS = {
     ("gpu", "cpu"): (Prior(tau=0.030, on=WALL_MATMUL, slope=0.0, slope_sd=0.25),),
 }
 """Each flavour's priors, the first whose reading both sessions have. On the CPU-time matmul and the neighbour's turns:
-fitted by ``python benchmarks/verdict_model.py --priors`` on the sessions stored with the AMD EPYC family 25 model
-17 avx512bf16 baselines (35 sessions of 7 cases, the baseline's and 4 unchanged ones, quiet and beside two busy
-processes, 2026-12-07 12:45-13:58), each case at its own level. Both clocks move with the machine: a CPU time per
+fitted by ``python benchmarks/verdict_model.py --priors --baseline-dir benchmarks/sessions`` on the sessions kept
+there with AMD EPYC family 25 model 17 avx512bf16 baselines (35 sessions of 7 cases, the baseline's and 4 unchanged
+ones, quiet and beside two busy processes, 2026-12-07 12:45-13:58), each case at its own level. Both clocks move with the machine: a CPU time per
 sample rises as a slower host's cores take longer (-0.59 per log of the matmul's rate), which the wall-clock matmul,
 which the neighbour's turns also move, had hidden (-0.11 fitted on it). The CPU clock hardly moves with the
 neighbour's turns (0.04); the wall clock's fastest step moved 0.62 +- 0.05 with two busy processes, which never
