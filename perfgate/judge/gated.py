@@ -51,9 +51,8 @@ class GatedMetrics:
         measured = [name for name in run.gated if measurement.values(name)]
         if not measured:
             why = "; ".join(name + why_absent(measurement, name) for name in run.gated)
-            not_the_workloads = {name for clock in metrics.MACHINE_PROBES.values() for name in clock}
             others = [name for name in METRICS
-                      if name not in not_the_workloads | {"planted_fraction"} and measurement.values(name)]
+                      if name not in (*metrics.PROBES, "planted_fraction") and measurement.values(name)]
             raise CaseFailed(f"{run.key}: the runs measured none of the gated metrics ({why}). Gate one they measure "
                              f"(Flavour(gated=...) or Case(gated=...)): {', '.join(others) or 'none'}")
         for name in run.gated:

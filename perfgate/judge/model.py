@@ -29,9 +29,8 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from perfgate.measure.metrics import MACHINE_PROBES
+from perfgate.measure.metrics import PROBES
 
-PROBES = tuple(name for clock in MACHINE_PROBES.values() for name in clock)
 WALL_MATMUL = "probe_matmul_gflops"
 NEIGHBOUR_TURNS = "neighbour_turns"
 """The matmul probe's wall time over its CPU time: how much of the cores a neighbour took while it ran."""
@@ -76,14 +75,14 @@ PRIORS = {
 """Each flavour's priors, the first whose reading both sessions have. On the CPU-time matmul and the neighbour's turns:
 fitted by ``python benchmarks/verdict_model.py --priors --baseline-dir benchmarks/sessions`` on the sessions kept
 there with AMD EPYC family 25 model 17 avx512bf16 baselines (35 sessions of 7 cases, the baseline's and 4 unchanged
-ones, quiet and beside two busy processes, 2026-12-07 12:45-13:58), each case at its own level. Both clocks move with the machine: a CPU time per
-sample rises as a slower host's cores take longer (-0.59 per log of the matmul's rate), which the wall-clock matmul,
+ones, quiet and beside two busy processes, 2026-12-07 12:45-13:58), each case at its own level. Both clocks move
+with the machine: a CPU time per sample rises as a slower host's cores take longer (-0.59 per log of the matmul's rate), which the wall-clock matmul,
 which the neighbour's turns also move, had hidden (-0.11 fitted on it). The CPU clock hardly moves with the
 neighbour's turns (0.04); the wall clock's fastest step moved 0.62 +- 0.05 with two busy processes, which never
 yield, but 0.19 with another test's launches, which come and go (a baseline measured beside them, its turns 2.0,
 and a quiet session 14 % faster): the prior takes that range, 0.45 +- 0.25. The sessions span an hour: tau is to
-be refitted as sessions of other days are stored. On the wall-clock matmul alone (sessions stored before every reading was kept): fitted on the 21
-case files of three classes, 2026-12-07. A GPU flavour's spread is tight by assumption until GPU sessions are
+be refitted as sessions of other days are stored. On the wall-clock matmul alone (sessions stored before every
+reading was kept): fitted on the 21 case files of three classes, 2026-12-07. A GPU flavour's spread is tight by assumption until GPU sessions are
 stored (issue 71)."""
 
 

@@ -141,6 +141,8 @@ MACHINE_PROBES = {"wall": ("probe_matmul_gflops", "probe_copy_gbps"),
                   "cpu": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps")}
 """The machine-speed readings on each clock, compute and memory: by the wall clock, and by CPU time (how fast the
 cores and their memory ran, whatever else took turns on them)."""
+PROBES = tuple(name for clock in MACHINE_PROBES.values() for name in clock)
+"""Every machine-speed reading, of both clocks: facts of the machine, not of the workload."""
 SPEED_UNITS = ("samples/s", "TFLOP/s", "s")
 
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from perfgate.judge.baselines import Baseline, StoredSession
-from perfgate.measure.metrics import CALIBRATION_PROBE, MACHINE_PROBES
+from perfgate.measure.metrics import CALIBRATION_PROBE, PROBES
 from perfgate.trend.database import Point
 
 PLANT = "planted_fraction"
@@ -44,7 +44,7 @@ def unchanged_sessions(points: Sequence[Point], baseline: Baseline, paired: set[
         recorded = utc(first.recorded_at)
         if (medians and first.workload_version == baseline.workload_version and first.result_id not in paired
                 and first.verdict in JUDGED and not by_metric.get(PLANT) and recorded >= start):
-            probes = {name: by_metric[name] for clock in MACHINE_PROBES.values() for name in clock if name in by_metric}
+            probes = {name: by_metric[name] for name in PROBES if name in by_metric}
             sessions.append((StoredSession(recorded.isoformat(), medians, by_metric.get(CALIBRATION_PROBE),
                                            first.commit, probes), first.verdict))
     return sorted(sessions, key=lambda pair: pair[0].recorded_at)
