@@ -105,6 +105,28 @@ def test_with_no_stored_session_the_prior_judges():
     assert gpu.se < effect.se
 
 
+def test_under_the_prior_every_stored_session_sets_the_level_not_the_baselines_alone():
+    """A baseline session 8 % faster than the case's usual (live: its sessions of the next hour read 5-8 % slower),
+    and three stored sessions on faster and slower hosts: each is brought to the baseline's host by the prior's slope,
+    the level is their mean, and an unchanged session is not read as the baseline's luck."""
+    slope = model.PRIORS["cpu", "cpu"][0].slope
+
+    def session(level, speed):
+        return Session(tuple((level + slope * speed + v,) for v in (0.0, 0.01, -0.01)),
+                       {MATMUL_CPU: 100.0 * math.exp(speed), COPY_CPU: 20.0})
+
+    baseline = session(-0.08, 0.0)
+    stored = [session(0.0, speed) for speed in (0.1, -0.15, 0.05)]
+    this = session(0.0, -0.1)
+    alone = model.estimate(this, baseline, [], clock="cpu", kind="cpu", tolerance=0.05)
+    pooled = model.estimate(this, baseline, stored, clock="cpu", kind="cpu", tolerance=0.05)
+    assert alone.estimate == pytest.approx(0.08, abs=1e-9) and alone.verdict == "unresolved"
+    assert pooled.estimate == pytest.approx(0.02, abs=1e-9) and pooled.verdict == "pass"
+    assert pooled.basis == "the prior and 4 sessions" and pooled.se < alone.se
+    assert pooled.components.between_sessions > alone.components.between_sessions, \
+        "the sessions' own spread (the baseline's 8 %) widens the prior's tau"
+
+
 def effect(estimate, se, tolerance=0.05, quantile=2.0, between_sessions=0.0):
     """An effect whose variance is ``between_sessions`` of it between sessions and the rest between launches."""
     parts = Components(between_sessions * se ** 2, (1 - between_sessions) * se ** 2 * 3, 0.0)

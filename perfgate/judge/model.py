@@ -12,7 +12,8 @@ Estimated in closed form, each step citable:
   reasonable time", 2013), pooled over the sessions whose launches are at hand (the baseline's and this one);
 - level, beta and tau^2 by least squares over the session means (the baseline's and the stored sessions'), the
   residual variance less what the launches within a session contribute;
-- with too few sessions for that, a prior per flavour and clock (PRIORS), fitted from the committed sessions.
+- with too few sessions for that, a prior per flavour and clock (PRIORS), fitted from the committed sessions,
+  whose slopes bring the sessions at hand to one machine and whose tau pools with their spread (by_the_prior).
 
 The effect's interval, each side at alpha / m for m gated metrics (Bonferroni), is set against the tolerance, an
 effect size: FAIL where it lies above it, stale where it lies below its negative, pass where it lies below it, and
@@ -41,6 +42,8 @@ readings were kept have the wall-clock matmul alone, which then stands in for al
 FALLBACK = (WALL_MATMUL,)
 CPU_MATMUL = "probe_matmul_cpu_gflops"
 NOMINAL_LAUNCHES = 3
+PRIOR_DOF = 8
+"""How many sessions' degrees of freedom the prior's tau counts for beside a case's own sessions."""
 """The launches behind a stored session's median, which the file does not record (make perf's default)."""
 POWER = 0.9
 """The chance with which the stated figure is caught."""
@@ -293,20 +296,39 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
         slopes, basis = tuple(float(b) for b in fitted[1:]), f"{len(sessions)} sessions"
     else:
         prior = prior_for(kind, clock, baseline, this)
-        names = (prior.on,) if all(prior.on in s.probes for s in (baseline, this)) else ()
-        x_this = math.log(reading(this, names[0]) / reading(baseline, names[0])) if names else 0.0
-        tau2 = prior.tau ** 2
-        predicted = baseline.mean + prior.slope * x_this
-        prediction_var = tau2 + launch_var / len(baseline.launches) + (x_this * prior.slope_sd) ** 2
-        slopes = (prior.slope,) if names else ()
-        if prior.on == CPU_MATMUL and names and all(has_turns(s) for s in (baseline, this)):
-            x_turns = math.log(reading(this, NEIGHBOUR_TURNS) / reading(baseline, NEIGHBOUR_TURNS))
-            predicted += prior.turns_slope * x_turns
-            prediction_var += (x_turns * prior.turns_slope_sd) ** 2
-            names, slopes = (*names, NEIGHBOUR_TURNS), (*slopes, prior.turns_slope)
-        quantile = float(scipy_stats.norm.ppf(1 - one_side))
-        basis = "the prior"
+        predicted, prediction_var, tau2, dof, names, slopes = by_the_prior(prior, this, sessions, in_session)
+        quantile = float(scipy_stats.t.ppf(1 - one_side, dof))
+        basis = "the prior" if len(sessions) == 1 else f"the prior and {len(sessions)} sessions"
     components = Components(tau2, launch_var, window_var)
     se = math.sqrt(tau2 + prediction_var + launch_var / n + window_var / (n * windows))
     return Effect(this.mean - predicted, se, quantile, tolerance, components, names, slopes, basis, n, windows,
                   prediction_var)
+
+
+def by_the_prior(prior: Prior, this: Session, sessions: Sequence[Session], in_session: float
+                 ) -> tuple[float, float, float, float, tuple[str, ...], tuple[float, ...]]:
+    """This session's expected value where too few sessions fit the slopes: each session (the baseline's first) is
+    brought to the baseline's machine by the prior's slopes and the level is their mean; tau^2 pools the prior's,
+    worth PRIOR_DOF degrees of freedom, with the sessions' own spread about that level (the conjugate
+    scaled-inverse-chi^2 update: Gelman et al., "Bayesian Data Analysis", 3rd ed., 2013, sec. 3.3). Returns the
+    prediction, its variance, tau^2, the degrees of freedom, and the readings with their slopes."""
+    baseline = sessions[0]
+    terms = [(prior.on, prior.slope, prior.slope_sd)] if prior.on in baseline.probes and prior.on in this.probes else []
+    if terms and prior.on == CPU_MATMUL and has_turns(baseline) and has_turns(this):
+        terms.append((NEIGHBOUR_TURNS, prior.turns_slope, prior.turns_slope_sd))
+    names = tuple(name for name, _, _ in terms)
+    usable = [s for s in sessions if all(has_turns(s) if n == NEIGHBOUR_TURNS else n in s.probes for n in names)]
+
+    def x(session: Session) -> np.ndarray:
+        return design([session], baseline, names)[0][1:]
+
+    slopes = np.array([slope for _, slope, _ in terms])
+    adjusted = np.array([s.mean - float(x(s) @ slopes) for s in usable])
+    k = len(usable)
+    spread = float(np.sum((adjusted - adjusted.mean()) ** 2)) - (k - 1) * in_session
+    tau2 = (PRIOR_DOF * prior.tau ** 2 + max(0.0, spread)) / (PRIOR_DOF + k - 1)
+    x_this = x(this)
+    slope_var = sum(((x_this[i] - np.mean([x(s)[i] for s in usable])) * sd) ** 2 for i, (_, _, sd) in enumerate(terms))
+    predicted = float(adjusted.mean() + x_this @ slopes)
+    prediction_var = (tau2 + in_session) / k + slope_var
+    return predicted, prediction_var, tau2, PRIOR_DOF + k - 1, names, tuple(float(b) for b in slopes)
