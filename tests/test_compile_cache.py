@@ -80,7 +80,7 @@ def test_a_later_process_loads_what_the_first_compiled_from_the_directory_or_the
     """torch.compile on CPU (inductor's C++ backend). The first process compiles into perfgate's cache directory and
     saves the case's Mega-Cache artifacts; a second with the same directory (a later launch, or a job that restored
     it) loads its graphs from there; a third whose directory is empty but for the artifacts file (another job) loads
-    them from the file. Neither compiles a graph anew."""
+    them from the file. Neither compiles nor traces a graph anew."""
     if not any(shutil.which(name) for name in ("c++", "g++")):
         pytest.skip("torch.compile on CPU needs a C++ compiler (c++ or g++) on PATH")
     clean_env.setenv("PERFGATE_CACHE_DIR", str(tmp_path / "cache"))
@@ -102,6 +102,9 @@ def test_a_later_process_loads_what_the_first_compiled_from_the_directory_or_the
     for later in (warm, other_job):
         assert later["hits"] == first["misses"] and later["misses"] == 0
         assert later["artifacts"] == {**first["artifacts"], "loaded": True, "saved": False}
+        assert later["autograd_cache"] == {"hits": first["autograd_cache"]["misses"], "misses": 0, "bypasses": 0}, (
+            "AOTAutograd's entries come back too, or every launch traces the graphs again")
+    assert first["autograd_cache"]["misses"] >= 1
 
 
 def test_a_torch_without_mega_cache_says_so_and_compiles_as_before(monkeypatch):
