@@ -84,6 +84,10 @@ class Flavour:
     gated: tuple[str, ...] | None = None
     """This flavour's gated metrics, over the case's ``gated`` and the defaults."""
 
+    def fewest_steps(self, warmup: int) -> int:
+        """An adaptive-length launch's fewest steps: ``min_steps``, else ten past the warm-up."""
+        return self.min_steps or warmup + 10
+
     def fixed_tolerance(self, clock: str = "wall") -> float | None:
         """The fixed tolerance of a metric read on ``clock`` (``wall`` or ``cpu``); None: derived from noise. A fixed
         ``tolerance`` holds for both clocks unless ``cpu_tolerance`` sets the CPU clock's."""
@@ -210,7 +214,7 @@ class CaseRun:
         if steps is not None:
             args.update(self.case.steps_args(steps, world_size, args.get("batch-size")))
         if flavour.target_ci is not None:
-            args.update({"target-ci": flavour.target_ci, "min-steps": flavour.min_steps or warmup + 10,
+            args.update({"target-ci": flavour.target_ci, "min-steps": flavour.fewest_steps(warmup),
                          "warmup": warmup})
         planted = [self.case.inject_flag, str(inject_slowdown)] if inject_slowdown and self.case.inject_flag else []
         return [*entry, *to_flags(args), *self.case.records.args(workdir), *planted, *later]

@@ -241,12 +241,22 @@ class Measurer:
             raise ValueError(self.why_not_profiled)
         profile_dir = plan.spec.workdir / "profile"
         steps = min(steps, (plan.steps or steps + plan.warmup) - plan.warmup)
-        argv = plan.run.argv(profile_dir, plan.steps, plan.world_size, plan.warmup, self._inject_slowdown,
-                             first_run=False, root=self._root, timeout_s=plan.spec.timeout_s)
+        argv = plan.run.argv(profile_dir, self.profiled_length(steps), plan.world_size, plan.warmup,
+                             self._inject_slowdown, first_run=False, root=self._root, timeout_s=plan.spec.timeout_s)
         argv += ["--warmup", str(plan.warmup), "--profile-steps", str(steps), "--profile-dir", str(profile_dir)]
         self._say(f"{self.label}: profiling {steps} steps (torch.profiler, a launch that is not judged)", False)
         self._launcher.launch(dataclasses.replace(plan.spec, workdir=profile_dir, entry=argv))
         return profile_dir
+
+    def profiled_length(self, steps: int) -> int | None:
+        """A profiled launch's length: the warm-up, the ``steps`` profiled and as many after them, against which the
+        profiler's own cost is measured (profile_diff.overhead). The case's other steps would buy nothing in a launch
+        that is never judged, and on a GPU they are minutes; an adaptive-length flavour keeps its fewest steps."""
+        plan, flavour = self.plan, self.plan.run.flavour
+        if plan.steps is None:
+            return None
+        fewest = flavour.fewest_steps(plan.warmup) if flavour.target_ci is not None else 0
+        return min(plan.steps, max(plan.warmup + 2 * steps, fewest))
 
     def _say_compile_cache_bypassed(self, run: dict[str, Any]) -> None:
         """A warm start that compiles anyway costs nearly what a cold one does: say so, rather than bill it silently."""
