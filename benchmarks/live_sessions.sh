@@ -14,6 +14,7 @@ minutes=${1:?usage: benchmarks/live_sessions.sh MINUTES [pytest options]}
 shift
 out=results/live
 mkdir -p "$out"
+make venv  # a fresh clone's .venv, which the summary below needs before the first session makes it
 # (plant, load) in turn: unchanged and planted, quiet and loaded, plants of 20 % and 50 %.
 plan=("0 quiet" "0.2 loaded" "0 loaded" "0.5 quiet" "0 quiet" "0.5 loaded" "0 loaded" "0.2 quiet")
 busy=()
