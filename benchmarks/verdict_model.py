@@ -186,7 +186,7 @@ def pooled_priors(baseline_dir: Path) -> None:
                 continue
             clock = METRICS[metric].clock
             for session in everyone:
-                rows[clock].append((f"{baseline.hardware_class}:{baseline.case}:{metric}", session.mean,
+                rows[clock].append((f"{baseline.hardware_class}:{baseline.case}:{metric}", session.level,
                                     *(math.log(model.reading(session, name) / model.reading(own, name))
                                       for name in ("probe_matmul_cpu_gflops", model.NEIGHBOUR_TURNS))))
             noise[clock].append(model.within_session([own])[0] / model.NOMINAL_LAUNCHES)

@@ -69,7 +69,7 @@ def test_a_session_beside_a_busy_neighbour_is_what_the_wall_clock_expects():
     effect = model.estimate(loaded, baseline, stored, clock="wall", kind="cpu", tolerance=0.06)
     assert effect.covariates == (MATMUL_CPU, COPY_CPU, model.NEIGHBOUR_TURNS)
     assert effect.slopes[2] == pytest.approx(1.0, abs=0.1)
-    assert loaded.mean - baseline.mean > math.log(1.5) and abs(effect.estimate) < 2 * effect.se
+    assert loaded.level - baseline.level > math.log(1.5) and abs(effect.estimate) < 2 * effect.se
 
 
 def test_a_covariate_that_never_moved_leaves_the_fit_defined():
@@ -88,7 +88,7 @@ def test_a_planted_slowdown_on_a_faster_machine_still_fails():
     stored = [simulate(rng, speed=rng.normal(0, 0.2), tau=0.02) for _ in range(30)]
     this = simulate(rng, speed=math.log(1.3), effect=math.log(1.25), tau=0.0)
     effect = model.estimate(this, baseline, stored, clock="cpu", kind="cpu", tolerance=0.05)
-    assert this.mean - baseline.mean < math.log(1.1)
+    assert this.level - baseline.level < math.log(1.1)
     assert effect.worse == pytest.approx(0.25, abs=0.05)
     assert effect.verdict == "FAIL"
 
@@ -125,6 +125,17 @@ def test_under_the_prior_every_stored_session_sets_the_level_not_the_baselines_a
     assert pooled.basis == "the prior and 4 sessions" and pooled.se < alone.se
     assert pooled.components.between_sessions > alone.components.between_sessions, \
         "the sessions' own spread (the baseline's 8 %) widens the prior's tau"
+
+
+def test_a_session_is_read_at_its_launches_median_as_stored_sessions_are():
+    """The baseline file and the history keep a session's launches' median: this session is read alike, so one launch
+    a neighbour slowed by 65 % moves it no further than its middle launch."""
+    baseline = Session(((0.0,), (0.01,), (-0.01,)), {MATMUL_CPU: 100.0, COPY_CPU: 20.0})
+    this = Session(((0.0,), (0.01,), (0.5,)), {MATMUL_CPU: 100.0, COPY_CPU: 20.0})
+    assert this.level == pytest.approx(0.01)
+    assert model.stored_session(1.25, "lower", {}).level == pytest.approx(math.log(1.25))
+    effect = model.estimate(this, baseline, [], clock="cpu", kind="cpu", tolerance=0.05)
+    assert effect.estimate == pytest.approx(0.01) and effect.verdict != "FAIL"
 
 
 def effect(estimate, se, tolerance=0.05, quantile=2.0, between_sessions=0.0):

@@ -98,8 +98,11 @@ class Session:
     probes: Mapping[str, float] = field(default_factory=dict)
 
     @property
-    def mean(self) -> float:
-        return float(np.mean([np.mean(windows) for windows in self.launches]))
+    def level(self) -> float:
+        """The median of its launches' means: what the baseline file and the results history keep of a session is
+        its launches' median, so this session and the baseline's are read alike; a launch that a neighbour slowed
+        moves it no further than the middle one."""
+        return float(np.median([np.mean(windows) for windows in self.launches]))
 
 
 def oriented(value: float, better: str) -> float:
@@ -284,7 +287,7 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
     in_session = launch_var / NOMINAL_LAUNCHES + window_var / (NOMINAL_LAUNCHES * windows)
     if len(sessions) >= len(names) + 4:
         x = design(sessions, baseline, names)
-        y = np.array([s.mean for s in sessions])
+        y = np.array([s.level for s in sessions])
         fitted, _, _, _ = np.linalg.lstsq(x, y, rcond=None)
         dof = len(sessions) - x.shape[1]
         residual = float(np.sum((y - x @ fitted) ** 2)) / dof
@@ -301,7 +304,7 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
         basis = "the prior" if len(sessions) == 1 else f"the prior and {len(sessions)} sessions"
     components = Components(tau2, launch_var, window_var)
     se = math.sqrt(tau2 + prediction_var + launch_var / n + window_var / (n * windows))
-    return Effect(this.mean - predicted, se, quantile, tolerance, components, names, slopes, basis, n, windows,
+    return Effect(this.level - predicted, se, quantile, tolerance, components, names, slopes, basis, n, windows,
                   prediction_var)
 
 
@@ -323,7 +326,7 @@ def by_the_prior(prior: Prior, this: Session, sessions: Sequence[Session], in_se
         return design([session], baseline, names)[0][1:]
 
     slopes = np.array([slope for _, slope, _ in terms])
-    adjusted = np.array([s.mean - float(x(s) @ slopes) for s in usable])
+    adjusted = np.array([s.level - float(x(s) @ slopes) for s in usable])
     k = len(usable)
     spread = float(np.sum((adjusted - adjusted.mean()) ** 2)) - (k - 1) * in_session
     tau2 = (PRIOR_DOF * prior.tau ** 2 + max(0.0, spread)) / (PRIOR_DOF + k - 1)
