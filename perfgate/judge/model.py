@@ -10,7 +10,7 @@ Estimated in closed form, each step citable:
 - sigma_l^2 and sigma_w^2 by the method of moments for nested random effects (Searle, Casella & McCulloch,
   "Variance Components", 1992, ch. 3; the multi-level estimator of Kalibera & Jones, "Rigorous benchmarking in
   reasonable time", 2013), pooled over the sessions whose launches are at hand (the baseline's and this one);
-- level, beta and tau^2 by least squares over the session means (the baseline's and the stored sessions'), the
+- level, beta and tau^2 by least squares over the sessions' levels (the baseline's and the stored sessions'), the
   residual variance less what the launches within a session contribute;
 - with too few sessions for that, a prior per flavour and clock (PRIORS), fitted from the committed sessions,
   whose slopes bring the sessions at hand to one machine and whose tau pools with their spread (by_the_prior).
