@@ -72,6 +72,21 @@ def test_a_session_beside_a_busy_neighbour_is_what_the_wall_clock_expects():
     assert loaded.level - baseline.level > math.log(1.5) and abs(effect.estimate) < 2 * effect.se
 
 
+def test_a_fit_on_few_sessions_does_not_take_their_spread_at_its_word():
+    """Seven sessions that happened to agree within 0.1 % fit the slopes with 4 degrees of freedom: their spread pools
+    with the prior's, worth PRIOR_DOF sessions, so one session more that strays by the prior's tau is no FAIL (live:
+    a leave-one-out of 8 such sessions FAILed one at +11 %, its tau fitted at 1.3 %)."""
+    rng = np.random.default_rng(17)
+    prior = model.PRIORS["cpu", "cpu"][0]
+    baseline = simulate(rng, tau=0.001, speed=0.0)
+    stored = [simulate(rng, tau=0.001, speed=rng.normal(0, 0.2)) for _ in range(6)]
+    effect = model.estimate(simulate(rng, tau=0.001), baseline, stored, clock="cpu", kind="cpu", tolerance=0.05)
+    assert effect.basis == "7 sessions"
+    assert effect.components.between_sessions >= model.PRIOR_DOF / (model.PRIOR_DOF + 4) * prior.tau ** 2
+    strayed = simulate(rng, tau=0.0, effect=2 * prior.tau)
+    assert model.estimate(strayed, baseline, stored, clock="cpu", kind="cpu", tolerance=0.05).verdict != "FAIL"
+
+
 def test_a_covariate_that_never_moved_leaves_the_fit_defined():
     rng = np.random.default_rng(22)
     sessions = [simulate(rng) for _ in range(10)]
@@ -106,7 +121,7 @@ def test_with_no_stored_session_the_prior_judges():
 
 
 def test_under_the_prior_every_stored_session_sets_the_level_not_the_baselines_alone():
-    """A baseline session 8 % faster than the case's usual (live: its sessions of the next hour read 5-8 % slower),
+    """A baseline session 12 % faster than the case's usual (live: its sessions of the next hour read 5-8 % slower),
     and three stored sessions on faster and slower hosts: each is brought to the baseline's host by the prior's slope,
     the level is their mean, and an unchanged session is not read as the baseline's luck."""
     slope = model.PRIORS["cpu", "cpu"][0].slope
@@ -115,16 +130,16 @@ def test_under_the_prior_every_stored_session_sets_the_level_not_the_baselines_a
         return Session(tuple((level + slope * speed + v,) for v in (0.0, 0.01, -0.01)),
                        {MATMUL_CPU: 100.0 * math.exp(speed), COPY_CPU: 20.0})
 
-    baseline = session(-0.08, 0.0)
+    baseline = session(-0.12, 0.0)
     stored = [session(0.0, speed) for speed in (0.1, -0.15, 0.05)]
     this = session(0.0, -0.1)
     alone = model.estimate(this, baseline, [], clock="cpu", kind="cpu", tolerance=0.05)
     pooled = model.estimate(this, baseline, stored, clock="cpu", kind="cpu", tolerance=0.05)
-    assert alone.estimate == pytest.approx(0.08, abs=1e-9) and alone.verdict == "unresolved"
-    assert pooled.estimate == pytest.approx(0.02, abs=1e-9) and pooled.verdict == "pass"
+    assert alone.estimate == pytest.approx(0.12, abs=1e-9) and alone.verdict == "unresolved"
+    assert pooled.estimate == pytest.approx(0.03, abs=1e-9) and pooled.verdict == "pass"
     assert pooled.basis == "the prior and 4 sessions" and pooled.se < alone.se
     assert pooled.components.between_sessions > alone.components.between_sessions, \
-        "the sessions' own spread (the baseline's 8 %) widens the prior's tau"
+        "the sessions' own spread (the baseline's 12 %) widens the prior's tau"
 
 
 def test_a_session_is_read_at_its_launches_median_as_stored_sessions_are():

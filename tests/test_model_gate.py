@@ -1,6 +1,7 @@
 """--perf-verdict model on fake launches: the model's verdict against a stored baseline, its sessions and the
 machine's speed, more launches while they can still decide it, and what the messages and the record say."""
 
+import datetime
 import math
 import re
 
@@ -28,7 +29,8 @@ def sessions(count=12, spread=0.02, slope=0.7):
     for i in range(count):
         speed = math.log((50.0 + 40.0 * i / (count - 1)) / 70.0)
         value = 100.0 * math.exp(slope * speed + spread * (-1) ** i)
-        found.append(StoredSession(f"2026-12-0{1 + i // 6}T{i % 6:02}:00:00+00:00", {METRIC: value},
+        when = datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(hours=i)
+        found.append(StoredSession(when.isoformat(), {METRIC: value},
                                    70.0 * math.exp(speed), "abc"))
     return tuple(found)
 
@@ -78,15 +80,15 @@ def test_no_stored_session_is_judged_by_the_prior_and_the_historys_sessions_coun
 
 
 def test_a_verdict_more_launches_could_decide_launches_again_up_to_the_cap_then_is_unresolved(tmp_path):
-    """About 6 % slower, launches 8 % apart, against tight sessions: the interval straddles the 5 % tolerance, and
-    launches narrow it."""
-    checker, measurer = gate(tmp_path, [97.0, 92.0, 95.0, 96.0, 91.0], stored=sessions(spread=0.002))
+    """About 6 % slower, launches 8 % apart, against tight sessions, so many that the prior's spread (worth PRIOR_DOF
+    sessions) weighs nothing beside theirs: the interval straddles the 5 % tolerance, and launches narrow it."""
+    checker, measurer = gate(tmp_path, [96.0, 91.0, 94.0, 95.0, 90.0], stored=sessions(count=3000, spread=0.002))
     with pytest.warns(UnresolvedVerdictWarning) as warned:
         assert checker.check().verdict == "unresolved"
     assert measurer.launches == 5
     assert ("an interval still straddles its tolerance after 5 launches, and more launches would narrow it: they would "
             "decide it (--perf-max-repeats)") in str(warned[0].message)
-    checker, measurer = gate(tmp_path, [97.0, 92.0, 95.0, 96.0, 91.0], stored=sessions(spread=0.002),
+    checker, measurer = gate(tmp_path, [96.0, 91.0, 94.0, 95.0, 90.0], stored=sessions(count=3000, spread=0.002),
                              fail_unresolved=True)
     with pytest.raises(CaseFailed, match="unresolved on k"):
         checker.check()
@@ -101,7 +103,7 @@ def test_a_case_faster_than_the_machine_explains_is_stale(tmp_path):
 def test_a_budget_that_stops_the_launches_it_wants_says_so(tmp_path):
     """Three launches of 30 s fit in 100 s, the fourth the model asks for does not: unresolved, for the budget."""
     clock = LaunchClock(30.0)
-    checker, measurer = gate(tmp_path, [97.0, 92.0, 95.0, 96.0, 91.0], stored=sessions(spread=0.002),
+    checker, measurer = gate(tmp_path, [96.0, 91.0, 94.0, 95.0, 90.0], stored=sessions(count=3000, spread=0.002),
                              budget=SessionBudget(100.0, clock=clock))
     clock.wrap(measurer)
     with pytest.warns(UnresolvedVerdictWarning, match="launch 4 needs about 30 s"):

@@ -68,25 +68,24 @@ class Prior:
 
 
 PRIORS = {
-    ("cpu", "wall"): (Prior(tau=0.053, on=CPU_MATMUL, slope=-0.71, slope_sd=0.16, turns_slope=0.45, turns_slope_sd=0.25),
+    ("cpu", "wall"): (Prior(tau=0.051, on=CPU_MATMUL, slope=-0.83, slope_sd=0.11, turns_slope=0.45, turns_slope_sd=0.25),
                       Prior(tau=0.056, on=WALL_MATMUL, slope=-0.68, slope_sd=0.12)),
-    ("cpu", "cpu"): (Prior(tau=0.038, on=CPU_MATMUL, slope=-0.59, slope_sd=0.12, turns_slope=0.04, turns_slope_sd=0.04),
+    ("cpu", "cpu"): (Prior(tau=0.042, on=CPU_MATMUL, slope=-0.79, slope_sd=0.10, turns_slope=0.0, turns_slope_sd=0.03),
                      Prior(tau=0.071, on=WALL_MATMUL, slope=-0.11, slope_sd=0.15)),
     ("gpu", "wall"): (Prior(tau=0.010, on=WALL_MATMUL, slope=0.0, slope_sd=0.05),),
     ("gpu", "cpu"): (Prior(tau=0.030, on=WALL_MATMUL, slope=0.0, slope_sd=0.25),),
 }
 """Each flavour's priors, the first whose reading both sessions have. On the CPU-time matmul and the neighbour's turns:
 fitted by ``python benchmarks/verdict_model.py --priors --baseline-dir benchmarks/sessions`` on the sessions kept
-there with AMD EPYC family 25 model 17 avx512bf16 baselines (35 sessions of 7 cases, the baseline's and 4 unchanged
-ones, quiet and beside two busy processes, 2026-12-07 12:45-13:58), each case at its own level. Both clocks move
-with the machine: a CPU time per sample rises as a slower host's cores take longer (-0.59 per log of the matmul's rate), which the wall-clock matmul,
-which the neighbour's turns also move, had hidden (-0.11 fitted on it). The CPU clock hardly moves with the
-neighbour's turns (0.04); the wall clock's fastest step moved 0.62 +- 0.05 with two busy processes, which never
-yield, but 0.19 with another test's launches, which come and go (a baseline measured beside them, its turns 2.0,
-and a quiet session 14 % faster): the prior takes that range, 0.45 +- 0.25. The sessions span an hour: tau is to
-be refitted as sessions of other days are stored. On the wall-clock matmul alone (sessions stored before every
-reading was kept): fitted on the 21 case files of three classes, 2026-12-07. A GPU flavour's spread is tight by assumption until GPU sessions are
-stored (issue 71)."""
+there with AMD EPYC family 25 model 17 avx512bf16 baselines (63 sessions of 7 cases: the baseline's and 8 unchanged
+ones, quiet and beside two busy processes, 2026-12-07 12:45-17:15, a span of 4 hours), each case at its own level.
+Both clocks move with the machine: a CPU time per sample rises as a slower host's cores take longer (-0.79 per log of
+the matmul's rate), which the wall-clock matmul, which the neighbour's turns also move, had hidden (-0.11 fitted on
+it). The CPU clock does not move with the neighbour's turns (0.00 +- 0.03); the wall clock's fastest step moved 0.58
++- 0.03 with two busy processes, which never yield, but 0.19 with another test's launches, which come and go (a
+baseline measured beside them, its turns 2.0, and a quiet session 14 % faster): the prior takes that range, 0.45 +-
+0.25. On the wall-clock matmul alone (sessions stored before every reading was kept): fitted on the 21 case files of
+three classes, 2026-12-07. A GPU flavour's spread is tight by assumption until GPU sessions are stored (issue 71)."""
 
 
 @dataclass(frozen=True)
@@ -290,12 +289,13 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
         y = np.array([s.level for s in sessions])
         fitted, _, _, _ = np.linalg.lstsq(x, y, rcond=None)
         dof = len(sessions) - x.shape[1]
-        residual = float(np.sum((y - x @ fitted) ** 2)) / dof
-        tau2 = max(0.0, residual - in_session)
+        own = max(0.0, float(np.sum((y - x @ fitted) ** 2)) / dof - in_session)
+        tau = prior_for(kind, clock, baseline, this).tau
+        tau2 = (PRIOR_DOF * tau ** 2 + dof * own) / (PRIOR_DOF + dof)  # pooled as by_the_prior pools it
         row = design([this], baseline, names)[0]
-        prediction_var = residual * float(row @ np.linalg.pinv(x.T @ x) @ row)
+        prediction_var = (tau2 + in_session) * float(row @ np.linalg.pinv(x.T @ x) @ row)
         predicted = float(row @ fitted)
-        quantile = float(scipy_stats.t.ppf(1 - one_side, dof))
+        quantile = float(scipy_stats.t.ppf(1 - one_side, PRIOR_DOF + dof))
         slopes, basis = tuple(float(b) for b in fitted[1:]), f"{len(sessions)} sessions"
     else:
         prior = prior_for(kind, clock, baseline, this)
