@@ -45,6 +45,7 @@ def test_a_profiled_launch_runs_its_warm_up_its_profiled_steps_and_as_many_after
     its 5 steps against the 5 after them), not 40; an adaptive-length flavour keeps its fewest steps."""
     plan = dataclasses.replace(make_plan(tmp_path), steps=40)
     assert profiled_steps(plan, tmp_path) == 12
-    adaptive = dataclasses.replace(plan.run.case, cpu=dataclasses.replace(plan.run.flavour, target_ci=0.01, min_steps=30))
+    flavour = dataclasses.replace(plan.run.flavour, target_ci=0.01, min_steps=30)
+    adaptive = dataclasses.replace(plan.run.case, cpu=flavour)
     assert profiled_steps(dataclasses.replace(plan, run=dataclasses.replace(plan.run, case=adaptive)), tmp_path) == 30
     assert profiled_steps(dataclasses.replace(plan, steps=8), tmp_path) == 8, "never more than the case's own"

@@ -112,9 +112,9 @@ def artifacts_file() -> tuple[Path | None, str]:
 def counts() -> dict[str, Any]:
     """Inductor's FX graph cache in this process: how many graphs it loaded (hits), compiled and stored (misses) or
     could not cache (bypasses: those compile in every launch), and where it is; and the same of AOTAutograd's cache
-    (``autograd_cache``), which a graph whose kernels inductor loads still passes through: where it bypasses (torch.compile
-    of a DistributedDataParallel module, whose graph splitting fakifies the first call), the forward and backward
-    are traced again in every launch, most of a warm start (docs/measurements.md)."""
+    (``autograd_cache``), which a graph whose kernels inductor loads still passes through: where it bypasses
+    (torch.compile of a DistributedDataParallel module, whose graph splitting fakifies the first call), the forward
+    and backward are traced again in every launch, most of a warm start (docs/measurements.md)."""
     from torch._dynamo.utils import counters
 
     inductor, aot = counters["inductor"], counters["aot_autograd"]

@@ -68,7 +68,8 @@ class Prior:
 
 
 PRIORS = {
-    ("cpu", "wall"): (Prior(tau=0.051, on=CPU_MATMUL, slope=-0.83, slope_sd=0.11, turns_slope=0.45, turns_slope_sd=0.25),
+    ("cpu", "wall"): (Prior(tau=0.051, on=CPU_MATMUL, slope=-0.83, slope_sd=0.11,
+                            turns_slope=0.45, turns_slope_sd=0.25),
                       Prior(tau=0.056, on=WALL_MATMUL, slope=-0.68, slope_sd=0.12)),
     ("cpu", "cpu"): (Prior(tau=0.042, on=CPU_MATMUL, slope=-0.79, slope_sd=0.10, turns_slope=0.0, turns_slope_sd=0.03),
                      Prior(tau=0.071, on=WALL_MATMUL, slope=-0.11, slope_sd=0.15)),
@@ -155,18 +156,26 @@ def within_session(sessions: Sequence[Session]) -> tuple[float, float]:
 
 def has_turns(session: Session) -> bool:
     """Whether the session read the matmul by both clocks, whose ratio is the neighbour's turns."""
-    return WALL_MATMUL in session.probes and "probe_matmul_cpu_gflops" in session.probes
+    return WALL_MATMUL in session.probes and CPU_MATMUL in session.probes
+
+
+def has_reading(session: Session, name: str) -> bool:
+    return has_turns(session) if name == NEIGHBOUR_TURNS else name in session.probes
 
 
 def covariates(sessions: Sequence[Session], clock: str) -> tuple[str, ...]:
     """The readings of COVARIATES[clock] that every session has, else the wall-clock matmul where all have that."""
-    def has(session: Session, name: str) -> bool:
-        return has_turns(session) if name == NEIGHBOUR_TURNS else name in session.probes
-
-    chosen = tuple(name for name in COVARIATES[clock] if all(has(s, name) for s in sessions))
+    chosen = tuple(name for name in COVARIATES[clock] if all(has_reading(s, name) for s in sessions))
     if chosen:
         return chosen
-    return FALLBACK if all(has(s, WALL_MATMUL) for s in sessions) else ()
+    return FALLBACK if all(has_reading(s, WALL_MATMUL) for s in sessions) else ()
+
+
+def pooled_tau2(prior_tau: float, squares: float, dof: int, in_session: float) -> float:
+    """tau^2 from the prior's, worth PRIOR_DOF degrees of freedom, and the sessions' squared deviations about their
+    fitted level (``dof`` of them) less what their launches contribute: the conjugate scaled-inverse-chi^2 update
+    (Gelman et al., "Bayesian Data Analysis", 3rd ed., 2013, sec. 3.3)."""
+    return (PRIOR_DOF * prior_tau ** 2 + max(0.0, squares - dof * in_session)) / (PRIOR_DOF + dof)
 
 
 def reading(session: Session, name: str) -> float:
@@ -289,9 +298,8 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
         y = np.array([s.level for s in sessions])
         fitted, _, _, _ = np.linalg.lstsq(x, y, rcond=None)
         dof = len(sessions) - x.shape[1]
-        own = max(0.0, float(np.sum((y - x @ fitted) ** 2)) / dof - in_session)
-        tau = prior_for(kind, clock, baseline, this).tau
-        tau2 = (PRIOR_DOF * tau ** 2 + dof * own) / (PRIOR_DOF + dof)  # pooled as by_the_prior pools it
+        tau2 = pooled_tau2(prior_for(kind, clock, baseline, this).tau, float(np.sum((y - x @ fitted) ** 2)), dof,
+                           in_session)
         row = design([this], baseline, names)[0]
         prediction_var = (tau2 + in_session) * float(row @ np.linalg.pinv(x.T @ x) @ row)
         predicted = float(row @ fitted)
@@ -311,27 +319,21 @@ def estimate(this: Session, baseline: Session, stored: Sequence[Session], *, clo
 def by_the_prior(prior: Prior, this: Session, sessions: Sequence[Session], in_session: float
                  ) -> tuple[float, float, float, float, tuple[str, ...], tuple[float, ...]]:
     """This session's expected value where too few sessions fit the slopes: each session (the baseline's first) is
-    brought to the baseline's machine by the prior's slopes and the level is their mean; tau^2 pools the prior's,
-    worth PRIOR_DOF degrees of freedom, with the sessions' own spread about that level (the conjugate
-    scaled-inverse-chi^2 update: Gelman et al., "Bayesian Data Analysis", 3rd ed., 2013, sec. 3.3). Returns the
-    prediction, its variance, tau^2, the degrees of freedom, and the readings with their slopes."""
+    brought to the baseline's machine by the prior's slopes and the level is their mean; tau^2 pools the prior's with
+    the sessions' own spread about that level (pooled_tau2). Returns the prediction, its variance, tau^2, the degrees
+    of freedom, and the readings with their slopes."""
     baseline = sessions[0]
-    terms = [(prior.on, prior.slope, prior.slope_sd)] if prior.on in baseline.probes and prior.on in this.probes else []
+    terms = [(prior.on, prior.slope, prior.slope_sd)] if all(prior.on in s.probes for s in (baseline, this)) else []
     if terms and prior.on == CPU_MATMUL and has_turns(baseline) and has_turns(this):
         terms.append((NEIGHBOUR_TURNS, prior.turns_slope, prior.turns_slope_sd))
     names = tuple(name for name, _, _ in terms)
-    usable = [s for s in sessions if all(has_turns(s) if n == NEIGHBOUR_TURNS else n in s.probes for n in names)]
-
-    def x(session: Session) -> np.ndarray:
-        return design([session], baseline, names)[0][1:]
-
-    slopes = np.array([slope for _, slope, _ in terms])
-    adjusted = np.array([s.level - float(x(s) @ slopes) for s in usable])
+    slopes, slope_sds = np.array([term[1] for term in terms]), np.array([term[2] for term in terms])
+    usable = [s for s in sessions if all(has_reading(s, name) for name in names)]
+    xs, x_this = design(usable, baseline, names)[:, 1:], design([this], baseline, names)[0, 1:]
+    adjusted = np.array([s.level for s in usable]) - xs @ slopes
     k = len(usable)
-    spread = float(np.sum((adjusted - adjusted.mean()) ** 2)) - (k - 1) * in_session
-    tau2 = (PRIOR_DOF * prior.tau ** 2 + max(0.0, spread)) / (PRIOR_DOF + k - 1)
-    x_this = x(this)
-    slope_var = sum(((x_this[i] - np.mean([x(s)[i] for s in usable])) * sd) ** 2 for i, (_, _, sd) in enumerate(terms))
-    predicted = float(adjusted.mean() + x_this @ slopes)
+    tau2 = pooled_tau2(prior.tau, float(np.sum((adjusted - adjusted.mean()) ** 2)), k - 1, in_session)
+    slope_var = float(np.sum(((x_this - xs.mean(axis=0)) * slope_sds) ** 2))
     prediction_var = (tau2 + in_session) / k + slope_var
-    return predicted, prediction_var, tau2, PRIOR_DOF + k - 1, names, tuple(float(b) for b in slopes)
+    predicted = float(adjusted.mean() + x_this @ slopes)
+    return predicted, prediction_var, tau2, PRIOR_DOF + k - 1, names, tuple(map(float, slopes))
