@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfgate.judge.gate import undecided  # noqa: E402
+from perfgate.judge.ab import undecided  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
 from perfgate.measure.metrics import METRICS  # noqa: E402
 

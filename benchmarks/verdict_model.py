@@ -27,13 +27,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from detection_power import RecordedVerdict  # noqa: E402
-from stored_sessions import figure  # noqa: E402
-
 from perfgate.config.cases import CPU_TOLERANCE_FLOOR  # noqa: E402
-from perfgate.judge import baselines, machine_drop, model, session_spread  # noqa: E402
-from perfgate.judge.gate import machine_rules  # noqa: E402
-from perfgate.measure import stats  # noqa: E402
+from perfgate.judge import baselines, model  # noqa: E402
 from perfgate.measure.metrics import METRICS  # noqa: E402
 
 PLANTS = (0.05, 0.10, 0.20)
@@ -97,28 +92,9 @@ def by_the_model(baseline: baselines.Baseline, left_out: int, planted: float) ->
     return case_verdict(verdicts), min(figures)
 
 
-def by_todays_rules(baseline: baselines.Baseline, left_out: int, planted: float) -> tuple[str, float | None]:
-    """The same case-session judged by the rules of judge/ at this commit: its launches against the baseline's,
-    then the other sessions' spread and the probe's rules (gate.machine_rules), as a clone whose baseline file stores
-    them judges it; settled at the launches it has (a rule that asked for more cannot be replayed)."""
-    session, measured = baseline.sessions[left_out], baseline.provenance.get("measured", {})
-    verdicts, raw = [], []
-    for metric, reference in baseline.metrics.items():
-        comparison = stats.compare_runs(reference.runs, launches(reference, session.medians[metric], planted))
-        decision = stats.decide(comparison, reference.better, reference.tolerance)
-        verdicts.append(RecordedVerdict(metric, comparison.change, reference.better, reference.tolerance,
-                                        reference.value, decision.outcome, comparison))
-        raw.append(stats.settle(decision).outcome)
-    others = baseline.sessions[:left_out] + baseline.sessions[left_out + 1:]
-    now = probes(session)
-    spreads = session_spread.stored_judging(others, list(baseline.metrics), session.probe, "the other sessions")
-    outcomes, rows, _ = machine_rules(spreads, verdicts, raw, machine_drop.probe_drop(measured, now, "wall"),
-                                      machine_drop.probe_drop(measured, now, "cpu"),
-                                      machine_drop.turns_taken(measured, now), cpu_flavour=True)
-    return case_verdict(outcomes), figure(rows)
-
-
-JUDGES = {"model": by_the_model, "today's rules": by_todays_rules}
+JUDGES = {"model": by_the_model}
+"""The rules the model replaced were replayed beside it here until they were deleted (docs/measurements.md, the
+model becomes the verdict)."""
 
 
 def replay(baseline_dir: Path) -> None:

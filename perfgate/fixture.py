@@ -27,7 +27,7 @@ from perfgate.report import tables, terminal
 from perfgate.result import Result
 
 if TYPE_CHECKING:
-    from perfgate.trend.spreads import SessionHistory
+    from perfgate.trend.history import SessionHistory
 
 PROPERTY = "perfgate"
 """The name under which each case's result travels in its report's user_properties."""
@@ -82,15 +82,9 @@ class PerfGate:
             history = self._session_history(planned, result)
             if history is not None and state.budget is not None:
                 state.budget.known[run.key] = history.launch_costs() or {}
-            arguments = dict(root=state.root, pytest_args=shlex.join(self.config.invocation_params.args),
-                             nvml=state.nvml, spreads=history, budget=state.budget)
-            if settings.verdict == "model":
-                from perfgate.judge.model_gate import ModelGate
-
-                gate = ModelGate(planned, settings, measurer, StoredBaseline(planned.baseline_file), **arguments,
-                                 sessions=history.sessions if history is not None else None)
-            else:
-                gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), **arguments)
+            gate = Gate(planned, settings, measurer, StoredBaseline(planned.baseline_file), root=state.root,
+                        pytest_args=shlex.join(self.config.invocation_params.args), nvml=state.nvml,
+                        sessions=history.sessions if history is not None else None, budget=state.budget)
         else:
             result.candidate_commit = state.reference.commits[1]
             if state.reference.environment is not None:
@@ -110,15 +104,14 @@ class PerfGate:
 
     def _session_history(self, planned: Plan, result: Result) -> SessionHistory | None:
         """What the results history (--perf-history) tells the stored baseline's verdict; none when there is none,
-        and under --update-baselines or --perf-calibrate (calibrated values are not what the history holds). Its
-        libraries were found at configure."""
+        and under --update-baselines. Its libraries were found at configure."""
         settings, run = self.state.settings, planned.run
-        if not settings.history_url or settings.update_baselines or settings.calibrate:
+        if not settings.history_url or settings.update_baselines:
             return None
-        from perfgate.trend.spreads import SessionHistory
+        from perfgate.trend.history import SessionHistory
 
         return SessionHistory(settings.history_url, settings.history_branch, run.key, planned.hardware_class,
-                              run.case.version, run.gated, warn=result.warn)
+                              warn=result.warn)
 
     def _reference_measurer(self, planned: Plan, reference: revision.Revision, launcher: NodeLauncher) -> Measurer:
         """Measures the reference side of a case, with no plant: a revision's checkout (its workloads and perfgate

@@ -192,8 +192,6 @@ def pytest_configure(config: pytest.Config) -> None:
             _refuse_a_rootdir_taken_from(config, "--perf-history", state.settings.history_url)
     if state.settings.against_python:
         _refuse_a_rootdir_taken_from(config, "--perf-against-python", state.settings.against_python)
-    if state.settings.verdict == "model":
-        _check_model_libraries()
     if state.settings.against or state.settings.against_python:
         try:
             state.reference = revision.ReferenceSide(state.root, state.settings.against, state.settings.against_python)
@@ -216,15 +214,6 @@ def _check_history_url(url: str) -> None:
         url_of(url)
     except DatabaseError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-
-
-def _check_model_libraries() -> None:
-    """The verdict's model computes with numpy and scipy, which perfgate[trend] installs."""
-    try:
-        importlib.import_module("perfgate.judge.model")
-    except ImportError as exc:
-        raise pytest.UsageError(f"perfgate: --perf-verdict model needs {exc.name}: pip install 'perfgate[trend]'") \
-            from None
 
 
 def _refuse_a_rootdir_taken_from(config: pytest.Config, option: str, value: str) -> None:

@@ -20,9 +20,11 @@ from typing import Any, Literal, Optional, Union, get_args
 import pydantic
 from typing_extensions import TypedDict
 
-SCHEMA_VERSION = 2
-"""Version 1: the records written before the schema existed (no ``schema_version`` key, the same keys). Raise it
-when a key changes meaning or goes, and teach ``from_json`` to read the older one."""
+SCHEMA_VERSION = 3
+"""Version 1: the records written before the schema existed (no ``schema_version`` key, the same keys); version 2
+also kept the rules' ``calibration`` and ``session_spread``, which the verdict's model replaced (a gated metric's
+row says what its estimate rests on), and which ``from_json`` drops. Raise it when a key changes meaning or goes,
+and teach ``from_json`` to read the older one."""
 
 Verdict = Literal["pass", "FAIL", "stale", "unresolved", "no-baseline", "updated",
                   "error", "setup-error", "crashed", "out-of-memory", "timeout", "diverged"]
@@ -47,7 +49,8 @@ class MetricRow(TypedDict, total=False):
     tolerance: Optional[float]
     verdict: str
     against_baseline: str
-    """The verdict against the baseline alone, before the session spread and the probe weighed this machine."""
+    """Under A/B, the pairs' verdict before the in-turn rule weighed a neighbour; against a stored baseline, the
+    model's verdict."""
     run_values: list[float]
     baseline_runs: list[float]
 
@@ -114,9 +117,8 @@ class Result:
     disturbed_runs: Optional[int] = None
     """Runs left out of a new baseline as disturbed."""
     ungated: list[Row] = dataclasses.field(default_factory=list)
-    calibration: Optional[Row] = None
-    session_spread: list[Row] = dataclasses.field(default_factory=list)
     machine_drop: list[Row] = dataclasses.field(default_factory=list)
+    """A/B's FAILs left unresolved because its pairs ran in turn beside a neighbour (rule "in turn")."""
     plant: list[Row] = dataclasses.field(default_factory=list)
     unresolved: list[Row] = dataclasses.field(default_factory=list)
     duet: bool = False

@@ -15,7 +15,7 @@ spec.loader.exec_module(machine_probe)
 
 def test_the_probe_runs_on_one_thread_whatever_the_workload_set_and_gives_its_threads_back(monkeypatch):
     """A change that cut a workload's threads would otherwise slow the probe as much as the steps, and the gate's
-    probe rule (judge.machine_drop) would take the regression for a slower machine."""
+    verdict's model (judge.model), which weighs the probe, would take the regression for a slower machine."""
     seen = []
     matmul = torch.mm
     monkeypatch.setattr(torch, "mm", lambda a, b: seen.append(torch.get_num_threads()) or matmul(a, b))

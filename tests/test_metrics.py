@@ -3,7 +3,7 @@ import math
 import pytest
 
 from perfgate.measure import metrics
-from perfgate.measure.metrics import MetricsError, calibrated, compute, percentile
+from perfgate.measure.metrics import MetricsError, compute, moves_with_machine, percentile
 from perfgate.records.steps import RunRecords, StepRecord
 
 
@@ -123,12 +123,14 @@ def test_probe_reading_is_the_slowest_ranks_mean_of_before_and_after():
     assert compute(records, warmup=0).probe_copy_cpu_gbps == 6.5
 
 
-def test_calibration_scales_rates_up_and_times_down_on_a_slower_machine_and_leaves_the_rest():
-    slower = {"probe": 80.0, "reference": 100.0}
-    assert calibrated("fastest_step_samples_per_second", 40.0, **slower) == pytest.approx(50.0)
-    assert calibrated("total_time_secs", 125.0, **slower) == pytest.approx(100.0)
-    assert calibrated("peak_memory_bytes", 1e9, **slower) == 1e9
-    assert calibrated("samples_per_second", 40.0, probe=100.0, reference=100.0) == 40.0
+def test_rates_times_and_cpu_times_move_with_the_machine_and_counts_memory_and_shares_do_not():
+    """What the verdict's model weighs with the machine-speed probe, and what it reads without it."""
+    moving = ("fastest_step_samples_per_second", "total_time_secs", "cpu_seconds_per_sample", "host_cpu_per_step_s",
+              "tflops", "mfu")
+    assert all(moves_with_machine(name) for name in moving)
+    assert not any(moves_with_machine(name) for name in ("peak_memory_bytes", "flops_per_sample",
+                                                          "instructions_per_sample", "data_time_share",
+                                                          "workers_cpu_share"))
 
 
 def test_time_accounting_splits_a_launch_into_startup_warmup_window_after_and_teardown():

@@ -200,8 +200,11 @@ def test_a_higher_is_better_metrics_change_is_recorded_as_the_values_own():
 
 
 def test_the_message_states_the_change_interval_basis_and_the_figure():
-    text = effect(math.log1p(0.12), 0.05).describe()
-    assert text == "+12.0% worse (interval +1.3% to +23.8%, tolerance 5.0%; from the prior; catches 24%)", text
+    slower = effect(math.log1p(0.12), 0.05)
+    assert slower.describe("lower") == ("+12.0% against the baseline, +12.0% slower once the machine is weighed "
+                                        "(interval +1.3% to +23.8%, tolerance 5.0%; from the prior; catches 24%)")
+    assert slower.describe("higher").startswith("-10.7% against the baseline, +12.0% slower once"), \
+        "a rate reads its own change first: 1/1.12 of the baseline's"
 
 
 def test_one_launch_a_side_takes_the_priors_spread_for_the_launches():

@@ -1,4 +1,4 @@
-"""--perf-verdict model on fake launches: the model's verdict against a stored baseline, its sessions and the
+"""The verdict's model on fake launches: the model's verdict against a stored baseline, its sessions and the
 machine's speed, more launches while they can still decide it, and what the messages and the record say."""
 
 import datetime
@@ -8,13 +8,10 @@ import re
 import pytest
 from fakes import METRIC, FakeMeasurer, LaunchClock, make_plan
 
-pytest.importorskip("scipy", reason="the verdict's model uses scipy's quantiles: perfgate[trend]")
-
 from perfgate.config.settings import Settings  # noqa: E402
 from perfgate.judge import baselines  # noqa: E402
 from perfgate.judge.baselines import Baseline, MetricBaseline, StoredSession  # noqa: E402
-from perfgate.judge.gate import StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning  # noqa: E402
-from perfgate.judge.model_gate import ModelGate  # noqa: E402
+from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning  # noqa: E402
 from perfgate.measure.budget import SessionBudget  # noqa: E402
 from perfgate.outcome import CaseFailed  # noqa: E402
 
@@ -41,9 +38,9 @@ def gate(tmp_path, values, probe=70.0, stored=(), history=(), budget=None, **set
         METRIC: MetricBaseline(100.0, "higher", 0.05, "samples/s", RUNS)},
         provenance={"measured": {PROBE: 70.0}}, workload_version="1", sessions=tuple(stored)))
     measurer = FakeMeasurer(plan, values, probe)
-    checker = ModelGate(plan, Settings(**{"repeats": 3, "max_repeats": 5, "verdict": "model", **settings}), measurer,
-                        StoredBaseline(plan.baseline_file), root=plan.spec.workdir, nvml=lambda: (None, ""),
-                        sessions=lambda baseline: history, budget=budget)
+    checker = Gate(plan, Settings(**{"repeats": 3, "max_repeats": 5, **settings}), measurer,
+                   StoredBaseline(plan.baseline_file), root=plan.spec.workdir, nvml=lambda: (None, ""),
+                   sessions=lambda baseline: history, budget=budget)
     return checker, measurer
 
 
@@ -64,8 +61,9 @@ def test_a_slowdown_fails_naming_its_interval_and_the_figure_it_catches(tmp_path
     with pytest.raises(CaseFailed) as failed:
         checker.check()
     message = str(failed.value)
-    assert re.match(r"w-c-cpu: performance regression on k\n  samples_per_second: \+42\.\d% worse \(interval \+\d+\.\d% to "
-                    r"\+\d+\.\d%, tolerance 5\.0%; from 13 sessions; catches \d+%\)\n", message), message
+    assert re.match(r"w-c-cpu: performance regression on k\n  samples_per_second: -30\.0% against the baseline, \+42\.\d% "
+                    r"slower once the machine is weighed \(interval \+\d+\.\d% to \+\d+\.\d%, tolerance 5\.0%; from 13 "
+                    r"sessions; catches \d+%\)\n", message), message
     assert "machine-speed probe now vs when the baseline was measured: probe_matmul_gflops 70 vs 70 (+0.0%)" in message
 
 

@@ -58,8 +58,7 @@ def test_help_lists_every_option_with_its_text(pytester):
         (["--perf-min-gpu-util", "90"], "invalid value for --perf-min-gpu-util (command line): must be between 0 and "
                                         "10 (0.05 = 5 % slower), got 90"),
         (["--perf-verdict", "bayes"], "invalid value for --perf-verdict (command line): unknown verdict 'bayes'; "
-                                      "available: rules, model"),
-        (["--perf-verdict", "model", "--perf-calibrate"], "--perf-verdict model weighs the machine's speed itself"),
+                                      "available: model, as-measured"),
         (["--perf-against", "HEAD", "--perf-ab-resolve", "0.02"], "--perf-ab-resolve 0.02 is not above "
                                                                   "--perf-ab-tolerance 0.02: a slowdown within the"),
     ],

@@ -34,9 +34,3 @@ def test_the_dashboard_without_its_libraries_says_what_to_install(tmp_path):
     assert done.returncode == 2
     assert "perfgate dashboard needs " in done.stderr and "pip install 'perfgate[dashboard]'" in done.stderr, done.stderr
 
-
-def test_the_verdicts_model_without_its_libraries_is_a_usage_error_that_says_what_to_install(pytester):
-    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    result = pytester.runpytest_subprocess("--perf-verdict", "model")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--perf-verdict model needs *: pip install 'perfgate?trend?'*"])

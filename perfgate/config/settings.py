@@ -91,10 +91,10 @@ def launcher(text: str) -> str:
     return text
 
 
-VERDICTS = {"rules": "the rules of docs/gate.md: the runs against the baseline, then the spread between sessions "
-                    "and the machine-speed probe's rules",
-            "model": "one variance model per gated metric (sessions, launches, the machine's speed as a covariate), "
-                     "its interval set against the tolerance (docs/gate.md; being proven before it replaces the rules)"}
+VERDICTS = {"model": "one variance model per gated metric (sessions, launches, the machine's speed as a covariate), "
+                     "its interval set against the tolerance (docs/gate.md)",
+            "as-measured": "the same model without the machine's speed: a slower machine FAILs, as a check that a new "
+                           "machine is as fast as the baseline's needs"}
 
 
 def verdict(text: str) -> str:
@@ -203,11 +203,7 @@ OPTIONS = (
            "judged, records torch.profiler over a few steps, and the record, summary.md and the run page list the "
            "operators whose time per step grew most against the reference's (docs/what-got-slower.md)"),
     Option("--perf-verdict", "verdict", "how a stored baseline's verdict is decided: " + "; ".join(
-           f"{name}: {what}" for name, what in VERDICTS.items()) + " (default: rules)", verdict, "rules", "NAME"),
-    Option("--perf-calibrate", "calibrate", "judge the code relative to the machine's speed at the time: scale the "
-           "runs' rates and times by the baseline's machine-speed probe (matmul GFLOP/s of the slowest rank) over "
-           "the runs' median probe, so a slower hour of a shared runner is not called a regression (default: "
-           "absolute, as a check of the machine itself needs)"),
+           f"{name}: {what}" for name, what in VERDICTS.items()) + " (default: model)", verdict, "model", "NAME"),
     Option("--perf-against", "against", "judge the working tree against git revision REF measured in the same job: "
            "REF is checked out in a worktree and every case launches both, alternately (ABBA), until the verdict "
            "is decided or --perf-max-repeats pairs ran; no stored baseline is used", revision_name, None, "REF"),
@@ -302,8 +298,7 @@ class Settings:
     full_matrix: bool = False
     slow: bool = False
     min_gpu_util: float = 0.9
-    calibrate: bool = False
-    verdict: str = "rules"
+    verdict: str = "model"
     profile: bool = False
     force_baseline_update: bool = False
     against: str | None = None
@@ -417,10 +412,6 @@ def resolve(config: pytest.Config) -> Settings:
     if settings.budget is not None and settings.update_baselines:
         raise pytest.UsageError("perfgate: --perf-budget cuts a gate's launches short to end in time; a baseline "
                                 "needs every run --update-baselines measures: leave --perf-budget out there")
-    if settings.verdict == "model" and settings.calibrate:
-        raise pytest.UsageError("perfgate: --perf-verdict model weighs the machine's speed itself (the probe's readings "
-                                "are its covariates); --perf-calibrate would scale the runs by it a second time: give "
-                                "one of them")
     if settings.inject_slowdown and settings.update_baselines:
         raise pytest.UsageError(
             "perfgate: --perf-inject-slowdown makes runs slower on purpose; it cannot be combined with "

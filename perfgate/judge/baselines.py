@@ -4,7 +4,7 @@ Layout: ``<baseline-dir>/<hardware-class>/<case>.json``. A file holds, per gated
 (the median of the runs it was measured from), the runs themselves and their spread, which direction
 is better, and the tolerance; the workload version; the provenance of the measurement; and, where stored (``perfgate
 store-sessions``), the medians of unchanged sessions of the case on this class, which tell a clone with no results
-history how far the case moves between sessions (judge/session_spread.py). Files are
+history how far the case moves between sessions and with the machine (judge/model.py). Files are
 replaced atomically (write a temporary file beside it, fsync, rename), so a reader or an interrupted
 update only ever sees the old or the new file. A file that cannot be read is an error, never
 "no baseline".

@@ -1,49 +1,37 @@
-"""The gate's decisions: what a measured case is judged against, and what follows from it.
+"""The gate: measures a planned case and decides its verdict against what it is judged by.
 
-- judged: pass, FAIL (a significant regression beyond the tolerance), stale (significantly better: the
-  reference is out of date; a warning, or a failure under --fail-stale); an inconclusive verdict
-  launches more runs, up to --perf-max-repeats, unless another metric already FAILs; under A/B's
-  --perf-ab-resolve, so does a pass that cannot yet rule out the slowdown asked for, which ends unresolved if the
-  runs run out (a warning, or a failure under --fail-unresolved);
-- no reference: skipped with how to create one (failed under --strict-baselines);
-- --update-baselines: the runs become the stored baseline (judge/baseline_update.py).
+Against a stored baseline the verdict is the model's (judge/model.py): per gated metric, this session's effect with
+the machine-speed probe as the covariate, from the baseline's launches, the sessions stored with it and the results
+history's, and this session's launches. Its interval against the tolerance gives FAIL, pass, stale (faster beyond
+the tolerance: a warning, or a failure under --fail-stale), or unresolved while it straddles the tolerance (a
+warning, or a failure under --fail-unresolved); it launches again while one more launch could still decide an
+unresolved metric, up to --perf-max-repeats and where --perf-budget lets it. Outside the model stay the guards (no
+baseline, another workload version, another CPU's kernels, the planted slowdown's check, the budget) and A/B's
+paired comparison (judge/ab.py), which overrides ``judge``. --update-baselines makes the runs the stored baseline
+(judge/baseline_update.py).
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Protocol
+from typing import Any, Callable, NoReturn, Protocol, Sequence
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines, machine_drop, profile_diff, session_spread
+from perfgate.judge import baselines, model, profile_diff
 from perfgate.judge.baseline_update import BaselineUpdate
+from perfgate.judge.baselines import StoredSession
 from perfgate.judge.gated import GatedMetrics
-from perfgate.judge.session_spread import SessionSpread
 from perfgate.launch.plan import Plan
 from perfgate.measure import gpu_monitor, metrics, stats
 from perfgate.measure.budget import CaseBudget, SessionBudget
 from perfgate.measure.measurer import Measurement, Measurer
+from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed, CaseSkipped
-from perfgate.records.steps import RecordsError
 from perfgate.result import Result
 
 
-def undecided(outcomes: set[str]) -> bool:
-    """Whether the metrics' outcomes so far call for another run: one is inconclusive or unresolved, and none FAILs.
-    A FAIL decides the case, as it does once no other metric is open; more runs would only settle metrics that
-    cannot change it, at the cost of whole launches (docs/measurements.md#why-the-rules-are-what-they-are). The one
-    exception, a wall-clock FAIL beside a neighbour that the CPU clock decides, is machine_drop.awaits_cpu_clock."""
-    return "FAIL" not in outcomes and ("inconclusive" in outcomes or "unresolved" in outcomes)
-
-
 class StaleBaselineWarning(UserWarning):
-    """A case ran significantly faster than its baseline allows: re-measure and review the baseline."""
-
-
-class SessionSpreadWarning(UserWarning):
-    """The case moves further between sessions on this machine than its stored tolerance allows: a change inside
-    that spread is unresolved, not a FAIL, and a pass catches only the slowdown it names."""
+    """A case ran faster than its baseline by more than its tolerance: re-measure and review the baseline."""
 
 
 class PlantNotTakenWarning(UserWarning):
@@ -51,29 +39,29 @@ class PlantNotTakenWarning(UserWarning):
     proves nothing."""
 
 
-class UnprovenPassWarning(UserWarning):
-    """A metric read worse than its tolerance, but the runs allowed could not tell that from noise: it passes, saying
-    so, since a pass that hid it would read as clean."""
-
-
 class UnresolvedVerdictWarning(UserWarning):
-    """The runs allowed could not tell the slowdown --perf-ab-resolve asks about from none."""
+    """The launches allowed could not decide the verdict: neither a FAIL nor a pass."""
 
 
 PLANT_TAKEN = 0.5
 """A plant has taken once a gated metric moved at least this share of the way it should."""
+NO_BASELINE_RUNS = 2
+"""Launches of a case that has no baseline for this class: nothing is gated, the measurement only informs (set
+beside other classes' baselines), and the first launch (which also counts FLOPs and runs benchy) and one later
+one are what the estimate of the baseline-making time needs. A newcomer's first `make perf` is a third shorter."""
 
 
-def plant_check(fraction: float, verdicts: list[baselines.MetricVerdict],
+def plant_check(fraction: float, changes: Sequence[tuple[str, str, float]],
                 planted_fractions: list[float]) -> list[dict[str, Any]]:
-    """Did each gated metric move as a planted slowdown of ``fraction`` should (a rate to 1 / (1 + F), a time by
-    +F)? ``planted_fractions``: what the runs applied (RunMetrics.planted_fraction)."""
+    """Did each gated metric (``changes``: its name, which way is better and its relative change) move as a planted
+    slowdown of ``fraction`` should (a rate to 1 / (1 + F), a time by +F)? ``planted_fractions``: what the runs
+    applied (RunMetrics.planted_fraction)."""
     rows = []
-    for verdict in verdicts:
-        expected = 1 / (1 + fraction) - 1 if verdict.better == "higher" else fraction
-        rows.append({"metric": verdict.metric, "planted": fraction, "expected_change": expected,
-                     "measured_change": verdict.change, "applied": stats.median(planted_fractions)
-                     if planted_fractions else None, "took": verdict.change / expected >= PLANT_TAKEN})
+    for metric, better, change in changes:
+        expected = 1 / (1 + fraction) - 1 if better == "higher" else fraction
+        rows.append({"metric": metric, "planted": fraction, "expected_change": expected, "measured_change": change,
+                     "applied": stats.median(planted_fractions) if planted_fractions else None,
+                     "took": change / expected >= PLANT_TAKEN})
     return rows
 
 
@@ -87,8 +75,7 @@ class Reference(Protocol):
     remedy: str
     """What gates a metric the reference lacks (one from before the metric)."""
     when_faster: tuple[str, str]
-    """What a case significantly faster than the reference beyond the tolerance is, and what to do about it."""
-
+    """What a case faster than the reference beyond the tolerance is, and what to do about it."""
     no_profile: str
     """Why the reference has no profile to set a FAIL's against, where it has none."""
 
@@ -119,38 +106,24 @@ class StoredBaseline:
         return profile_diff.read(path) if path.exists() else None
 
 
-NO_BASELINE_RUNS = 2
-"""Launches of a case that has no baseline for this class: nothing is gated, the measurement only informs (set
-beside other classes' baselines), and the first launch (which also counts FLOPs and runs benchy) and one later
-one are what the estimate of the baseline-making time needs. A newcomer's first `make perf` is a third shorter."""
-
-
 class Gate:
     """Measures one planned case and decides its verdict; ``result`` is the case's record."""
 
-    compare = staticmethod(stats.compare_runs)
-    """How the runs are set against the baseline's: as independent samples (a baseline measured at another time)."""
-    resolution: float | None = None
-    """The slowdown a pass must rule out (stats.decide's ``resolve``); A/B's --perf-ab-resolve."""
-    evidence = "runs"
-    """What one more look at the case measures: a run, or under A/B a pair."""
+    evidence = "launches"
+    """What one more look at the case measures: a launch, or under A/B a pair."""
     look_named = ("launch", "launch(es)")
     """What --perf-budget calls one look and several."""
-    weighs_machine = True
-    """Whether a FAIL that the machine-speed probe's drop on its clock covers is left unresolved (machine_drop):
-    against a stored baseline; A/B's pairs meet the machine's speed on both sides."""
 
     def __init__(self, plan: Plan, settings: Settings, measurer: Measurer, reference: Reference, *,
                  root: Path, pytest_args: str = "",
                  nvml: Callable[[], tuple[Any, str]] = gpu_monitor.load_nvml,
-                 spreads: Callable[[float | None, bool], dict[str, SessionSpread]] | None = None,
+                 sessions: Callable[[baselines.Baseline], Sequence[StoredSession]] | None = None,
                  budget: SessionBudget | None = None) -> None:
-        """``spreads``: given the runs' machine-speed probe, each gated metric's spread between the sessions the
-        results history holds on a machine like it, or, asked for ``unlike`` ones, at least as fast (none: those
-        stored with the baseline, if any, judge). ``budget``: the session's --perf-budget, which every launch asks
+        """``sessions``: the results history's unchanged sessions of the case on this class since a baseline, as
+        ``perfgate store-sessions`` keeps them; ``budget``: the session's --perf-budget, which every launch asks
         first."""
         self.plan = plan
-        self.spreads = spreads or (lambda machine, unlike: {})
+        self.history_sessions = sessions or (lambda baseline: ())
         self.settings = settings
         self.measurer = measurer
         self.reference = reference
@@ -213,134 +186,101 @@ class Gate:
         self.measurer.launch_once(planned)
 
     def judge(self, baseline: baselines.Baseline, measurement: Measurement) -> Result:
-        """Decides from the runs so far; an inconclusive verdict launches more runs, up to the cap."""
+        """The model's verdict on every gated metric; another launch while one could still decide an unresolved one
+        and none FAILs (more launches would then only settle metrics that cannot change the case's verdict)."""
         plan, result, cap = self.plan, self.result, self.repeat_cap()
-        weighs = self.weighs_machine and not self.settings.calibrate
         self.gated.note_ungated([name for name in plan.run.gated if name not in baseline.metrics],
-                          f"its reference ({self.reference.where}) has none (it is from before the metric); "
-                          f"{self.reference.remedy}")
+                                f"its reference ({self.reference.where}) has none (it is from before the metric); "
+                                f"{self.reference.remedy}")
+        unmeasured = [name for name in baseline.metrics if not measurement.values(name)]
+        if unmeasured:
+            raise CaseFailed(f"{plan.run.key}: the runs measured no {', '.join(unmeasured)}, which "
+                             f"{self.reference.where} gates: the workload no longer records it, or its records changed. "
+                             "Where that is meant, measure the baseline again: --update-baselines")
+        stored = sessions_of(baseline, self.history_sessions(baseline))
         while True:
-            current = self._values(baseline, measurement)
-            try:
-                verdicts = baselines.judge(baseline, current, self.compare, self.resolution)
-            except baselines.BaselineError as exc:
-                raise CaseFailed(f"{plan.run.key}: {exc}") from None
-            then, now = baseline.provenance.get("measured", {}), measurement.medians()
-            turns = machine_drop.turns_taken(then, now) if weighs else None
-            more = undecided({v.outcome for v in verdicts}) or (
-                plan.run.kind == "cpu" and machine_drop.awaits_cpu_clock(verdicts, turns))
-            if not more or not self.may_measure_more(measurement, cap):
+            effects = self.effects(baseline, measurement, stored)
+            decided = any(effect.verdict == "FAIL" for effect in effects.values())
+            pays = not decided and any(effect.another_launch_pays() for effect in effects.values())
+            if not pays or not self.may_measure_more(measurement, cap):
                 break
-            baseline = self.measure_more(baseline, cap)
-        spreads = self.session_spreads(baseline, now.get(metrics.CALIBRATION_PROBE))
-        machine = machine_drop.probe_drop(then, now, "wall") if weighs else None
-        cores = machine_drop.probe_drop(then, now, "cpu") if weighs else None
-        raw = [stats.settle(v.decision).outcome for v in verdicts]
-        outcomes, spread_rows, drop_rows = machine_rules(spreads, verdicts, raw, machine, cores, turns,
-                                                         cpu_flavour=weighs and plan.run.kind == "cpu")
-        outcomes, turn_rows = self.weigh_turns(verdicts, outcomes)
-        drop_rows += turn_rows
-        result.metrics = [{**verdict_row(v, outcome), "against_baseline": alone, "run_values": current[v.metric],
-                           "baseline_runs": list(baseline.metrics[v.metric].samples)}
-                          for v, outcome, alone in zip(verdicts, outcomes, raw)]
-        if spread_rows:
-            result.session_spread = spread_rows
-        if drop_rows:
-            result.machine_drop = drop_rows
-        self.check_plant(verdicts, measurement)
-        planted = (f" (with a PLANTED slowdown of {self.settings.inject_slowdown:.0%})"
-                   if self.settings.inject_slowdown else "")
-        details = "\n".join([f"  {v.describe()}" for v in verdicts] + calibration_note(result.calibration)
-                            + [f"  {session_spread.describe(row)}" for row in spread_rows]
-                            + [f"  {machine_drop.describe(row)}" for row in drop_rows])
-        if "FAIL" in outcomes:
-            self.regression(baseline, measurement, f"{planted}\n{details}")
-        within_spread = any(row["outcome"] == "unresolved" for row in spread_rows)
-        if within_spread or drop_rows:
-            return self.left_unresolved(f"{planted}\n{details}", within_spread, bool(drop_rows))
-        if "stale" in outcomes:
-            return self.say_stale(f"{planted}: significantly faster than {self.reference.where} allows\n{details}")
-        if "unresolved" in outcomes:
-            return self.unresolved(verdicts, baseline, current, f"{planted}\n{details}")
-        if self.budget is not None and self.budget.stopped:
-            return self.out_of_budget(f"{planted}\n{details}")
+            self.launch(cap)
+        result.metrics = [self.row(metric, effect, baseline, measurement) for metric, effect in effects.items()]
+        self.check_plant([(metric, baseline.metrics[metric].better, row["change"])
+                          for metric, row in zip(effects, result.metrics)], measurement)
+        verdicts = [effect.verdict for effect in effects.values()]
+        planted = self.planted()
+        lines = "\n".join(f"  {metric}: {effect.describe(baseline.metrics[metric].better)}"
+                           for metric, effect in effects.items())
+        if "FAIL" in verdicts:
+            self.regression(baseline, measurement, f"{planted}\n{lines}")
+        if self.budget is not None and self.budget.stopped and "stale" not in verdicts:
+            return self.out_of_budget(f"{planted}\n{lines}")
+        if "unresolved" in verdicts:
+            result.conclude("unresolved")
+            why = ("more launches would narrow it: they would decide it (--perf-max-repeats)"
+                   if any(not effect.undecidable for effect in effects.values() if effect.verdict == "unresolved")
+                   else "the spread between sessions here keeps it so however many launches run")
+            return self.say_unresolved(UnresolvedVerdictWarning(
+                f"{plan.run.key}: unresolved on {plan.hardware_class}{planted}: an interval still straddles its "
+                f"tolerance after {len(measurement.runs)} launches, and {why}\n{lines}\n{self.instead()}"))
+        if "stale" in verdicts:
+            return self.say_stale(f"{planted}: faster than {self.reference.where} by more than its tolerance, once "
+                                  f"the machine's speed is weighed\n{lines}")
         result.conclude("pass")
-        faster = ({v.metric: machine_drop.speed_up_on(v.metric, then, now, self.settings.calibrate) for v in verdicts}
-                  if self.weighs_machine else {})
-        blunted = (session_spread.why_blunted(spread_rows)
-                   + session_spread.hidden_by_speed_up(faster, verdicts, session_spread.like_only(spreads)))
-        if blunted:
-            self.result.warn(SessionSpreadWarning(
-                f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(blunted)}{planted}\n{details}\n"
-                f"{session_spread.ab_instead(result.test)}"))
-        unproven = [f"{v.metric} read {v.comparison.worse(v.better)[0]:.1%} worse, beyond its {v.tolerance:.1%} "
-                    f"tolerance, and {v.runs} {self.evidence} could not tell that from noise"
-                    for v, outcome in zip(verdicts, outcomes) if outcome == "pass" and v.outcome == "inconclusive"]
-        if unproven:
-            self.result.warn(UnprovenPassWarning(
-                f"{plan.run.key}: passed on {plan.hardware_class}, but {' and '.join(unproven)}{planted}\n{details}\n"
-                f"{self.what_settles_it()}"))
         return result
 
-    def session_spreads(self, baseline: baselines.Baseline, machine: float | None) -> dict[str, SessionSpread]:
-        """Each gated metric's spread between unchanged sessions on a machine like this one (given its probe,
-        ``machine``): from the results history where it holds enough of them, else from the sessions stored with the
-        baseline (none under --perf-calibrate: they hold values as measured); else from those on a machine at least
-        as fast, which may only excuse (session_spread.with_unlike)."""
-        def read(unlike: bool) -> dict[str, SessionSpread]:
-            kept = {} if self.settings.calibrate else session_spread.stored(baseline.sessions, list(baseline.metrics),
-                                                                             machine, self.reference.where, unlike)
-            return {**kept, **self.spreads(machine, unlike)}
+    def effects(self, baseline: baselines.Baseline, measurement: Measurement, stored: Sequence[StoredSession]
+                ) -> dict[str, model.Effect]:
+        """Each gated metric's effect, from the launches so far. A metric the machine's speed does not move (memory,
+        FLOPs, instructions, a share), and every metric under --perf-verdict as-measured, is read without the probe."""
+        plan, then, now = self.plan, baseline.provenance.get("measured", {}), measurement.medians()
+        measured = list(baseline.metrics)
+        found = {}
+        for metric in measured:
+            info = METRICS[metric]
+            weighed = self.settings.verdict == "model" and metrics.moves_with_machine(metric)
 
-        found = read(unlike=False)
-        if machine is None or set(found) >= set(baseline.metrics):
-            return found
-        return session_spread.with_unlike(found, read(unlike=True))
+            def readings(source: dict[str, Any]) -> dict[str, Any]:
+                return {name: source.get(name) for name in model.PROBES} if weighed else {}
 
-    def weigh_turns(self, verdicts: list[baselines.MetricVerdict], outcomes: list[str]
-                    ) -> tuple[list[str], list[dict[str, Any]]]:
-        """The outcomes once a neighbour's turns on the cores between the launches compared are weighed: nothing to
-        weigh against a stored baseline (machine_rules reads the machine there); A/B's pairs in turn have
-        something."""
-        return outcomes, []
+            own = model.session_of(list(baseline.metrics[metric].samples), info.better, readings(then))
+            this = model.session_of(measurement.values(metric), info.better, readings(now))
+            others = [model.stored_session(session.medians[metric], info.better,
+                                           readings(dict(session.probes) or {model.WALL_MATMUL: session.probe}))
+                      for session in stored if metric in session.medians]
+            found[metric] = model.estimate(this, own, others, clock=info.clock, kind=plan.run.kind,
+                                           tolerance=plan.run.flavour.least_tolerance(info.clock, plan.run.kind),
+                                           metrics=len(measured))
+        return found
+
+    def row(self, metric: str, effect: model.Effect, baseline: baselines.Baseline,
+            measurement: Measurement) -> dict[str, Any]:
+        """The record's row of one metric: what was measured, the effect with its interval and what it rests on."""
+        reference = baseline.metrics[metric]
+        change, interval = effect.as_change(reference.better)
+        return {"metric": metric, "unit": self.gated.unit(metric), "measured": measurement.medians()[metric],
+                "baseline": reference.value, "change": change, "tolerance": effect.tolerance,
+                "ci": list(interval), "runs": effect.launches, "verdict": effect.verdict,
+                "against_baseline": effect.verdict, "run_values": measurement.values(metric),
+                "baseline_runs": list(reference.samples), "catchable": effect.catchable, "basis": effect.basis,
+                "covariates": list(effect.covariates), "slopes": list(effect.slopes),
+                "components": {"between_sessions": effect.components.between_sessions,
+                               "between_launches": effect.components.between_launches,
+                               "prediction": effect.prediction_var}}
+
+    def planted(self) -> str:
+        fraction = self.settings.inject_slowdown
+        return f" (with a PLANTED slowdown of {fraction:.0%})" if fraction else ""
 
     def instead(self) -> str:
         """What judges a change this verdict leaves unresolved."""
-        return session_spread.ab_instead(self.result.test)
-
-    def what_settles_it(self) -> str:
-        """The advice for a slowdown the runs allowed could not tell from noise."""
-        return f"more runs would settle it (--perf-max-repeats); or {session_spread.ab_instead(self.result.test)}"
-
-    def left_unresolved(self, details: str, within_spread: bool, machine_dropped: bool) -> Result:
-        """A regression beyond the tolerance that this machine explains as well as the code: within how far
-        unchanged sessions of the case stray here (1 in 20 reads that far), a drop that the probe's on the same
-        clock matches, the wall clock beside a neighbour while the CPU clock did not FAIL beyond what the machine
-        does, the wall clock alone,
-        no history saying how far it strays, or A/B's pairs in turn beside a neighbour (machine_drop). Neither a
-        FAIL nor a pass."""
-        plan = self.plan
-        self.result.conclude("unresolved")
-        rows = self.result.machine_drop if machine_dropped else []
-        why = [reason for reason, holds in (
-            ("within how far this case moves between unchanged sessions here (or worse than them on some gated "
-             "clocks only, as a loaded machine's CPU clock can be)", within_spread),
-            ("the machine ran slower by as much, on the clocks it failed on",
-             any(row["rule"] == "machine slower" for row in rows)),
-            ("a neighbour took turns on the cores and no CPU-clock metric FAILed beyond what the machine does",
-             any(row["rule"] == "neighbour" for row in rows)),
-            ("only its wall clock moved beyond what the machine's cores explain",
-             any(row["rule"] == "wall alone" for row in rows)),
-            ("its pairs ran one launch after the other while a neighbour took turns on the cores",
-             any(row["rule"] == "in turn" for row in rows))) if holds]
-        message = (f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than {self.reference.against}, but "
-                   f"{' and '.join(why)}{details}\n{self.instead()}")
-        return self.say_unresolved(SessionSpreadWarning(message) if within_spread else UnresolvedVerdictWarning(message))
+        return ab_instead(self.result.test)
 
     def out_of_budget(self, details: str) -> Result:
-        """A pass that --perf-budget stopped short of the launches its verdict wanted: unresolved, with the budget as
-        its reason, since a pass on fewer runs than the verdict asked for would read as clean. A FAIL or a stale
-        baseline the runs it had decided stands, and so does a verdict another rule left unresolved, for its reason."""
+        """A verdict that --perf-budget stopped short of the launches planned or wanted: unresolved, with the budget
+        as its reason, since a pass on fewer launches than planned would read as clean. A FAIL or a stale baseline
+        the launches it had decided stands."""
         plan, stopped = self.plan, self.budget.stopped if self.budget else None
         self.result.budget_stop = stopped
         for row in self.result.metrics:
@@ -362,42 +302,9 @@ class Gate:
                          f"logs kept in {plan.spec.workdir}")
 
     def what_got_slower(self) -> str:
-        """Lines naming the operators whose time per step grew most, from a profiled launch of this side against the
-        reference's profile; what was not profiled, and why, otherwise. The launches are never judged."""
-        budget = self.budget.why_no_extra_launch() if self.budget is not None else ""
-        if budget:
-            return f"what got slower: not profiled ({budget})\n"
-        began = time.monotonic()
-        try:
-            directory = self.measurer.profile()
-            current = profile_diff.launch_summary(directory)
-        except Exception as exc:  # what got slower only explains a FAIL: nothing in it may lose the FAIL
-            return f"what got slower: not profiled ({profile_diff.first_line(exc)})\n"
-        cost = self.profiler_cost(directory, current.steps)
-        try:
-            reference = self.reference.profile()
-        except Exception as exc:
-            reference, why = None, profile_diff.first_line(exc)
-        else:
-            why = "" if reference is not None else self.reference.no_profile
-        launch_s = time.monotonic() - began
-        self.result.profile = {"rank": current.rank, "step_us": current.step_us, "launches_s": launch_s,
-                               "dir": str(directory), "profiler_cost": cost,
-                               "reference_step_us": reference.step_us if reference else None,
-                               "rows": profile_diff.diff(reference, current) if reference else []}
-        if reference is None:
-            top = ", ".join(f"{name} {current.time_us(name) / 1e3:.2f} ms" for name in
-                            sorted(current.ops, key=current.time_us, reverse=True)[:profile_diff.TOP])
-            return f"what got slower: no profile of the reference ({why}); this side's most time per step: {top}\n"
-        return "\n".join(profile_diff.describe(self.result.profile["rows"], reference, current, cost)) + "\n"
-
-    def profiler_cost(self, directory: Path, steps: int) -> float | None:
-        """The profiler's own cost on the steps it recorded, from the profiled launch's step records."""
-        try:
-            times = [step.step_s for step in self.plan.run.case.records.read(directory).steps]
-        except (RecordsError, OSError):
-            return None
-        return profile_diff.overhead(times, self.plan.warmup, steps)
+        """Lines naming the operators whose time per step grew most (profile_diff.what_got_slower)."""
+        return profile_diff.what_got_slower(self.measurer, self.reference, self.result, self.plan,
+                                            self.budget.why_no_extra_launch() if self.budget is not None else "")
 
     def say_stale(self, why: str) -> Result:
         """A case faster than its reference beyond the tolerance: a failure under --fail-stale, else a warning."""
@@ -416,34 +323,12 @@ class Gate:
         self.result.warn(warning)
         return self.result
 
-    def unresolved(self, verdicts: list[baselines.MetricVerdict], baseline: baselines.Baseline,
-                   current: dict[str, list[float]], details: str) -> Result:
-        """A verdict whose runs ran out before they could rule out the slowdown asked about: how large a slowdown it
-        could have missed, and about how many pairs would have settled it."""
-        rows = []
-        for v in verdicts:
-            if v.outcome == "unresolved":
-                rows.append({"metric": v.metric, "could_miss": v.comparison.worse(v.better)[2], "pairs": v.runs,
-                             "pairs_needed": stats.pairs_to_resolve(baseline.metrics[v.metric].samples,
-                                                                    current[v.metric], v.better, self.resolution)})
-        self.result.unresolved = rows
-        self.result.conclude("unresolved")
-        needed = [row["pairs_needed"] for row in rows]
-        more = "more pairs" if None in needed else f"about {max(needed)} pairs"
-        reach = ", ".join(f"{row['could_miss']:.1%} on {row['metric']}" for row in rows)
-        return self.say_unresolved(UnresolvedVerdictWarning(
-            f"{self.plan.run.key}: unresolved on {self.plan.hardware_class}{details}\n"
-            f"after {rows[0]['pairs']} pairs a slowdown of up to {reach} cannot be ruled out, more than the "
-            f"{self.resolution:.1%} that --perf-ab-resolve asks to rule out: {more} would settle it (raise "
-            "--perf-max-repeats or --perf-ab-budget), and longer windows (--perf-steps) narrow each pair "
-            "(docs/ab.md)"))
-
-    def check_plant(self, verdicts: list[baselines.MetricVerdict], measurement: Measurement) -> None:
+    def check_plant(self, changes: Sequence[tuple[str, str, float]], measurement: Measurement) -> None:
         """Shows, in result.json and with a warning, a planted slowdown that did not slow what is gated."""
         fraction = self.settings.inject_slowdown
         if not fraction:
             return
-        rows = plant_check(fraction, verdicts, measurement.values("planted_fraction"))
+        rows = plant_check(fraction, changes, measurement.values("planted_fraction"))
         self.result.plant = rows
         for row in rows:
             if not row["took"]:
@@ -455,38 +340,13 @@ class Gate:
                     "(A/B in one job, --perf-against, answers drift); this verdict proves nothing about the gate"))
 
     def repeat_cap(self) -> int:
-        """How many runs an inconclusive verdict may grow to."""
+        """How many launches a verdict may grow to."""
         return self.settings.repeat_cap
 
     def may_measure_more(self, measurement: Measurement, cap: int) -> bool:
-        """Whether an inconclusive verdict may launch another run: within the cap, and where --perf-budget lets it."""
+        """Whether an undecided verdict may launch again: within the cap, and where --perf-budget lets it."""
         runs = len(measurement.runs)
         return runs < cap and (self.budget is None or self.budget.may_launch(runs))
-
-    def measure_more(self, baseline: baselines.Baseline, cap: int) -> baselines.Baseline:
-        """One more run while a verdict is inconclusive; returns what to judge against next."""
-        self.launch(cap)
-        return baseline
-
-    def _values(self, baseline: baselines.Baseline, measurement: Measurement) -> dict[str, list[float]]:
-        """The runs' values of each gated metric; under --perf-calibrate scaled by the baseline's probe over the
-        median probe of these runs. The median, not each run's own: the probe's snapshots around a window track
-        a machine that is slower for hours, but miss or exaggerate a burst of a few seconds in one run."""
-        if not self.settings.calibrate:
-            return {name: measurement.values(name) for name in baseline.metrics}
-        probe, key = metrics.CALIBRATION_PROBE, self.plan.run.key
-        reference = baseline.provenance.get("measured", {}).get(probe)
-        readings = measurement.values(probe)
-        if not reference:
-            raise CaseFailed(f"{key}: --perf-calibrate needs the machine-speed probe ({probe}) of the baseline, and "
-                             f"{self.reference.where} has none: re-measure it with --update-baselines")
-        if len(readings) < len(measurement.runs):
-            raise CaseFailed(f"{key}: --perf-calibrate needs the machine-speed probe ({probe}) of every run, and "
-                             "this workload records none; run it without --perf-calibrate")
-        self.result.calibration = {"probe": probe, "baseline": reference, "runs": readings}
-        now = stats.median(readings)
-        return {name: [metrics.calibrated(name, value, now, reference) for value in measurement.values(name)]
-                for name in baseline.metrics}
 
     def no_baseline(self, measurement: Measurement, why_not: str = "") -> Result:
         """Nothing to judge against (``why_not``: the baseline there is does not judge this machine): the measurement
@@ -519,64 +379,25 @@ class Gate:
             raise CaseFailed(message)
         raise CaseSkipped(message)
 
-def verdict_row(verdict: baselines.MetricVerdict, outcome: str) -> dict[str, Any]:
-    c = verdict.comparison
-    return {
-        "metric": verdict.metric, "unit": verdict.unit, "measured": verdict.measured,
-        "baseline": verdict.baseline, "change": verdict.change, "tolerance": verdict.tolerance,
-        "ci": [c.ci_low, c.ci_high], "p_value": c.p_value, "runs": verdict.runs,
-        "reason": verdict.decision.reason, "verdict": outcome,
-    }
+
+def sessions_of(baseline: baselines.Baseline, history: Sequence[StoredSession]) -> list[StoredSession]:
+    """The baseline file's sessions and the history's, each once (by when and at which commit it ran)."""
+    by_identity = {(session.recorded_at, session.commit): session for session in (*baseline.sessions, *history)}
+    return sorted(by_identity.values(), key=lambda session: session.recorded_at)
 
 
-def calibration_note(calibration: dict[str, Any] | None) -> list[str]:
-    """The line that says a verdict compared calibrated values, and by how much the machine had moved."""
-    if not calibration:
-        return []
-    now, then = stats.median(calibration["runs"]), calibration["baseline"]
-    return [f"  calibrated (--perf-calibrate): values scaled by the machine-speed probe, {calibration['probe']} "
-            f"{now:.4g} now vs {then:.4g} for the baseline ({now / then - 1:+.1%})"]
-
-
-def machine_rules(spreads: dict[str, SessionSpread], verdicts: list[Any], raw: list[str],
-                  machine: machine_drop.Drop | None, cores: machine_drop.Drop | None = None,
-                  turns: float | None = None, cpu_flavour: bool = False
-                  ) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The outcomes once this machine is weighed: the spread between its sessions (session_spread), then the probe's
-    drop by the wall clock and by its CPU time (machine_drop), which reads the CPU clock in ``raw`` (the outcomes
-    against the baseline alone) and compares each drop with what each metric on its clock FAILed against, then, where
-    ``cpu_flavour`` (a CPU flavour against a stored baseline), a wall-clock FAIL while no CPU-clock metric FAILed
-    beyond the probe's drop by CPU time or the spread between sessions in a session a neighbour took ``turns`` in,
-    and a FAIL of the wall clock alone (the CPU clock held, or moved no further than the probe's drop by CPU time
-    explains) on a metric whose spread no history knows. Returns the outcomes and each rule's rows."""
-    outcomes, spread_rows = session_spread.judge(spreads, verdicts, raw)
-    against = {row["metric"]: row["against_sessions"] for row in spread_rows if not row["unlike"]}
-    worse = [max(session_spread.worsening(v.change, v.better), against.get(v.metric, -1.0)) for v in verdicts]
-    outcomes, drop_rows = machine_drop.judge(verdicts, outcomes, machine, raw=raw, worse=worse, cores=cores)
-    if cpu_flavour:
-        outcomes, neighbour_rows = machine_drop.beside_a_neighbour(
-            verdicts, outcomes, turns, raw=raw,
-            held=machine_drop.held_on_slower_cores(verdicts, raw, worse, cores) | session_spread.held(spread_rows))
-        outcomes, alone_rows = machine_drop.wall_alone(verdicts, outcomes, machine, known=against, cores=cores,
-                                                       worse=worse)
-        drop_rows += neighbour_rows + alone_rows
-    return outcomes, spread_rows, drop_rows
+def ab_instead(test_id: str) -> str:
+    """The command that judges a smaller change on this machine: both sides in one job, measured at once."""
+    return (f"to judge a smaller change here, A/B it in one job: pytest '{test_id}' --perf-against REF (a CPU flavour "
+            "on the local launcher measures both sides at once: docs/ab.md)")
 
 
 def machine_speed(baseline: baselines.Baseline, measurement: Measurement) -> str:
-    """A line comparing the machine-speed probe now with the probe when the baseline was measured.
-
-    The probe's kernels do not change with the workload: if it dropped as much as the workload did, the
-    machine (other tenants, clocks) is the likelier suspect than the code. Empty without probe readings.
-    """
-    then = baseline.provenance.get("measured", {})
-    now = measurement.medians()
-    lines = []
-    for name in (*metrics.MACHINE_PROBES["wall"], *metrics.MACHINE_PROBES["cpu"]):
-        if then.get(name) and now.get(name):
-            change = now[name] / then[name] - 1
-            lines.append(f"{name} {now[name]:.4g} vs {then[name]:.4g} ({change:+.1%})")
+    """A line comparing the machine-speed probe now with the probe when the baseline was measured, the readings the
+    verdict's model weighed. Empty without probe readings."""
+    then, now = baseline.provenance.get("measured", {}), measurement.medians()
+    lines = [f"{name} {now[name]:.4g} vs {then[name]:.4g} ({now[name] / then[name] - 1:+.1%})"
+             for name in metrics.PROBES if then.get(name) and now.get(name)]
     if not lines:
         return ""
-    return ("machine-speed probe now vs when the baseline was measured: " + ", ".join(lines)
-            + " (a drop as large as the workload's points at the machine, not the code)\n")
+    return "machine-speed probe now vs when the baseline was measured: " + ", ".join(lines) + "\n"

@@ -267,10 +267,14 @@ class Effect:
         return math.sqrt(c.between_sessions + self.prediction_var + c.between_launches / n
                          + c.between_windows / (n * w))
 
-    def describe(self) -> str:
+    def describe(self, better: str) -> str:
+        """The value's change against the baseline's, then the effect as time: a rate 30 % lower takes 42.9 % longer,
+        as a planted slowdown of 42.9 % makes it."""
         low, high = self.interval
-        return (f"{self.worse:+.1%} worse (interval {low:+.1%} to {high:+.1%}, tolerance {self.tolerance:.1%}; from "
-                f"{self.basis}; catches {self.catchable:.0%})")
+        change, _ = self.as_change(better)
+        return (f"{change:+.1%} against the baseline, {self.worse:+.1%} slower once the machine is weighed (interval "
+                f"{low:+.1%} to {high:+.1%}, tolerance {self.tolerance:.1%}; from {self.basis}; catches "
+                f"{self.catchable:.0%})")
 
 
 def prior_for(kind: str, clock: str, baseline: Session, this: Session) -> Prior:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from perfgate.records.steps import RecordsError
 
 TOP = 5
 NOISE_SHARE = 0.10
@@ -171,3 +174,38 @@ def describe(rows: Sequence[Mapping[str, Any]], reference: Summary, current: Sum
         lines.append(f"    {row['op']}: {row['before_us'] / 1e3:.2f} -> {row['after_us'] / 1e3:.2f} ms"
                      f" ({row['kind']}{share}{calls})")
     return lines
+
+
+def what_got_slower(measurer: Any, reference: Any, result: Any, plan: Any, no_launch: str = "") -> str:
+    """Lines naming the operators whose time per step grew most, from a profiled launch of this side (``measurer``)
+    against the reference's profile; what was not profiled, and why (``no_launch``: --perf-budget's reason to launch
+    no more), otherwise. The launches are never judged; what they find goes into ``result.profile``."""
+    if no_launch:
+        return f"what got slower: not profiled ({no_launch})\n"
+    began = time.monotonic()
+    try:
+        directory = measurer.profile()
+        current = launch_summary(directory)
+    except Exception as exc:  # what got slower only explains a FAIL: nothing in it may lose the FAIL
+        return f"what got slower: not profiled ({first_line(exc)})\n"
+    try:
+        steps = [step.step_s for step in plan.run.case.records.read(directory).steps]
+    except (RecordsError, OSError):
+        cost = None
+    else:
+        cost = overhead(steps, plan.warmup, current.steps)
+    try:
+        theirs = reference.profile()
+    except Exception as exc:
+        theirs, why = None, first_line(exc)
+    else:
+        why = "" if theirs is not None else reference.no_profile
+    result.profile = {"rank": current.rank, "step_us": current.step_us, "launches_s": time.monotonic() - began,
+                      "dir": str(directory), "profiler_cost": cost,
+                      "reference_step_us": theirs.step_us if theirs else None,
+                      "rows": diff(theirs, current) if theirs else []}
+    if theirs is None:
+        top = ", ".join(f"{name} {current.time_us(name) / 1e3:.2f} ms"
+                        for name in sorted(current.ops, key=current.time_us, reverse=True)[:TOP])
+        return f"what got slower: no profile of the reference ({why}); this side's most time per step: {top}\n"
+    return "\n".join(describe(result.profile["rows"], theirs, current, cost)) + "\n"

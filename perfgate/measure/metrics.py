@@ -135,35 +135,28 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-CALIBRATION_PROBE = "probe_matmul_gflops"
-"""The machine-speed reading that --perf-calibrate divides by (the slowest rank's matmul rate)."""
+MATMUL_PROBE = "probe_matmul_gflops"
+"""The machine-speed reading every stored session has: the slowest rank's matmul rate by the wall clock."""
 MACHINE_PROBES = {"wall": ("probe_matmul_gflops", "probe_copy_gbps"),
                   "cpu": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps")}
 """The machine-speed readings on each clock, compute and memory: by the wall clock, and by CPU time (how fast the
 cores and their memory ran, whatever else took turns on them)."""
 PROBES = tuple(name for clock in MACHINE_PROBES.values() for name in clock)
 """Every machine-speed reading, of both clocks: facts of the machine, not of the workload."""
-SPEED_UNITS = ("samples/s", "TFLOP/s", "s")
+SPEED_UNITS = ("samples/s", "TFLOP/s", "s", "CPU s/sample", "CPU s")
+"""Units of the metrics that move with the machine's speed: rates, times and CPU times; memory, FLOPs or
+instructions per sample and shares do not."""
 
 
 def unit_of(name: str, counted: str = "samples") -> str:
     """A metric's unit, with what the case counts as a sample named: ``tokens/s`` where a case counts tokens."""
     return METRICS[name].unit.replace("samples", counted)
-"""Units of the metrics that move with the machine's speed; memory, FLOPs per sample or shares do not."""
 
 
-def calibrated(metric: str, value: float, probe: float, reference: float) -> float:
-    """``value`` as if the machine had run at the ``reference`` probe reading instead of ``probe``: a rate
-    scales with the machine's speed, a time inversely; other metrics are returned as they are."""
-    if not scaled_by_probe(metric):
-        return value
-    speedup = reference / probe
-    return value * speedup if METRICS[metric].better == "higher" else value / speedup
-
-
-def scaled_by_probe(metric: str) -> bool:
-    """Whether ``calibrated`` scales the metric: a rate or a time by the wall clock."""
-    return METRICS[metric].unit in SPEED_UNITS
+def moves_with_machine(metric: str) -> bool:
+    """Whether a slower or faster machine moves the metric: a rate, a time or a CPU time, and MFU (a rate over the
+    peak); not a count of work, memory or a share, which the verdict's model reads without the machine's speed."""
+    return METRICS[metric].unit in SPEED_UNITS or metric == "mfu"
 
 
 def slowest_rank(probe: dict | None, kernel: str) -> float | None:

@@ -74,9 +74,6 @@ class TerminalSummary:
             if shown.name != "verdicts":
                 self._line(f"{shown.heading}:")
             self._table(shown.rows, shown.header)
-            if shown.name == "verdicts" and settings.calibrate:
-                self._line("measured: scaled to the machine speed of each baseline (--perf-calibrate; the probe's "
-                           "change is in each case's result.json)")
             if shown.name == "updated":
                 self._written([r for r in results if r.verdict == "updated"])
         share = window_share_line(results)

@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from perfgate.judge.baselines import Baseline, StoredSession
-from perfgate.measure.metrics import CALIBRATION_PROBE, PROBES
+from perfgate.measure.metrics import MATMUL_PROBE, PROBES
 from perfgate.trend.database import Point
 
 PLANT = "planted_fraction"
@@ -45,6 +45,6 @@ def unchanged_sessions(points: Sequence[Point], baseline: Baseline, paired: set[
         if (medians and first.workload_version == baseline.workload_version and first.result_id not in paired
                 and first.verdict in JUDGED and not by_metric.get(PLANT) and recorded >= start):
             probes = {name: by_metric[name] for name in PROBES if name in by_metric}
-            sessions.append((StoredSession(recorded.isoformat(), medians, by_metric.get(CALIBRATION_PROBE),
+            sessions.append((StoredSession(recorded.isoformat(), medians, by_metric.get(MATMUL_PROBE),
                                            first.commit, probes), first.verdict))
     return sorted(sessions, key=lambda pair: pair[0].recorded_at)

@@ -1,15 +1,15 @@
 """``perfgate store-sessions``: each case's unchanged sessions from the results history, kept in its baseline file.
 
-The gate judges a stored baseline with the spread between sessions that the results history holds
-(judge/session_spread.py). A fresh clone, or a CI job with no shared database, has none, and there a shared runner's
-drift between sessions reads as a regression. Stored with the baseline and reviewed with it, the sessions travel with
-the clone.
+The verdict's model (judge/model.py) learns how far a case moves between sessions, and how it moves with the
+machine's speed, from the sessions the results history holds. A fresh clone, or a CI job with no shared database,
+has none, and there only the flavour's prior tells it. Stored with the baseline and reviewed with it, the sessions
+travel with the clone.
 
 Kept: the case's sessions on its baseline's hardware class and workload version since the baseline was measured (or
 ``--since``), on ``--branch`` where given, without a planted slowdown, not measured beside an A/B reference, and
-judged against the baseline (sessions.JUDGED), whatever the verdict. Unlike the history's own rule, which counts
-only what passed, a FAIL is kept: on a shared runner it is the drift that a gate with no history took for a
-regression, which is what the spread has to hold. So the sessions must be of the code the baseline measured; the
+judged against the baseline (sessions.JUDGED), whatever the verdict. Unlike what the gate reads of the history,
+which leaves a FAIL out, a FAIL is kept: on a shared runner it may be the drift that a gate took for a regression,
+which is what the sessions' spread has to hold. So the sessions must be of the code the baseline measured; the
 table printed lists each one against the baseline, so that a step in them (a regression that landed) shows in review.
 """
 
@@ -23,17 +23,19 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from perfgate.judge import baselines, session_spread
+from perfgate.judge import baselines, model
 from perfgate.judge.baselines import Baseline, StoredSession
-from perfgate.judge.session_spread import MAX_SESSIONS
+from perfgate.measure.metrics import METRICS
 from perfgate.report.terminal import table
 from perfgate.trend.command import add_history_option
 from perfgate.trend.database import DatabaseError, ResultsDatabase
 from perfgate.trend.sessions import unchanged_sessions, utc
 
 SESSION_HEADER = ("case", "hardware class", "recorded (UTC)", "commit", "verdict", "metric", "value", "vs baseline")
-SPREAD_HEADER = ("case", "hardware class", "metric", "for a probe of", "sessions", "unchanged vs baseline", "spread",
-                 "tolerance", "least tolerance", "catches")
+SPREAD_HEADER = ("case", "hardware class", "metric", "sessions", "unchanged vs baseline", "between sessions",
+                 "slopes", "catches")
+MAX_SESSIONS = 30
+"""The most sessions a baseline file keeps, the newest: enough for the model's slopes, few enough to review."""
 
 
 A_DAY_PART = datetime.timedelta(hours=12)
@@ -153,40 +155,27 @@ def listed(baseline: Baseline, sessions: Sequence[tuple[StoredSession, str]]) ->
 
 
 def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[str, ...]]:
-    """What the stored sessions tell the gate, per metric, for a session whose probe reads as the fastest of them
-    did and for one reading as the slowest (its figure grows by how much faster that reads than the sessions
-    counted): the gate counts the sessions like the one it judges (session_spread.like), else, to excuse only, those
-    on a machine at least as fast (session_spread.stored_judging), so a quiet hour's and a loaded hour's spreads are
-    shown apart. A session with no probe reading counts for neither."""
-    rows, metrics = [], list(baseline.metrics)
-    tolerances = [reference.tolerance for reference in baseline.metrics.values()]
-    for label, machine in machines(sessions):
-        found = session_spread.stored_judging(sessions, metrics, machine, "")
-        past_sessions = session_spread.through_sessions([found.get(metric) for metric in metrics], tolerances)
-        for metric, reference in baseline.metrics.items():
-            one = found.get(metric)
-            if one is None:
-                counted = sum(metric in session.medians and session_spread.counts(session.probe, machine, False)
-                              for session in sessions)
-                rows.append((baseline.case, baseline.hardware_class, metric, label, str(counted), "", "", "", "",
-                             "too few sessions to tell"))
-                continue
-            value, better, tolerance = reference.value, reference.better, reference.tolerance
-            catches = ("none: too few like it, so those as fast or faster excuse only" if one.unlike
-                       else f"{one.catchable(value, better, tolerance, past_sessions):.1%}")
-            rows.append((baseline.case, baseline.hardware_class, metric, label, str(one.sessions),
-                         f"{one.centre / value - 1:+.1%}", f"{one.spread:.1%}", f"{tolerance:.1%}",
-                         f"{one.least_tolerance(value, better, tolerance):.1%}", catches))
+    """What the stored sessions tell the verdict's model, per metric: the newest session judged against the baseline
+    and the others, as the gate would judge one like it (model.estimate), with the between-session spread, the
+    slopes on the machine-speed probe it fitted or took from the prior, and the slowdown such a session catches."""
+    rows, measured = [], baseline.provenance.get("measured", {})
+    for metric, reference in baseline.metrics.items():
+        found = [session for session in sessions if metric in session.medians]
+        if not found:
+            continue
+        info, newest = METRICS[metric], found[-1]
+
+        def stored(session: StoredSession) -> model.Session:
+            return model.stored_session(session.medians[metric], info.better,
+                                        dict(session.probes) or {model.WALL_MATMUL: session.probe})
+
+        own = model.session_of(list(reference.samples), info.better, {k: measured.get(k) for k in model.PROBES})
+        effect = model.estimate(stored(newest), own, [stored(session) for session in found[:-1]], clock=info.clock,
+                                kind="cpu" if baseline.hardware_class.startswith("cpu-") else "gpu",
+                                tolerance=reference.tolerance, metrics=len(baseline.metrics))
+        centre = sorted(session.medians[metric] for session in found)[len(found) // 2]
+        slopes = ", ".join(f"{name} {slope:+.2f}" for name, slope in zip(effect.covariates, effect.slopes)) or "none"
+        rows.append((baseline.case, baseline.hardware_class, metric, str(len(found)),
+                     f"{centre / reference.value - 1:+.1%}", f"{effect.components.between_sessions ** 0.5:.1%}",
+                     slopes, f"{effect.catchable:.1%}"))
     return rows
-
-
-def machines(sessions: Sequence[StoredSession]) -> list[tuple[str, float | None]]:
-    """The probe readings to show the stored spread for, each with its label: the fastest session's and the slowest
-    one's, or the fastest's alone where the slowest is like it; None (every session) where none read the probe."""
-    probes = sorted(session.probe for session in sessions if session.probe is not None)
-    if not probes:
-        return [("any", None)]
-    fastest, slowest = probes[-1], probes[0]
-    if session_spread.like(fastest, slowest):
-        return [(f"{slowest:,.1f}-{fastest:,.1f} (all alike)", fastest)]
-    return [(f"{fastest:,.1f} (the fastest)", fastest), (f"{slowest:,.1f} (the slowest)", slowest)]
