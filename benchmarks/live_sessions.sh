@@ -4,7 +4,7 @@
 # the results history kept them, go to results/live/. The history (results/history.db) keeps every session, so each
 # judges the next; planted ones never count among the unchanged sessions (perfgate/trend/sessions.py).
 #
-#   benchmarks/live_sessions.sh 90 --perf-verdict model
+#   benchmarks/live_sessions.sh 90 --baseline-dir benchmarks/sessions
 #   python benchmarks/live_summary.py results/live
 #
 # Run it in a checkout whose baselines judge this machine (`make baselines` first on a new class).
