@@ -16,7 +16,8 @@ from perfgate.config.cases import CaseRun
 from perfgate.config.settings import Settings
 from perfgate.judge import known, revision
 from perfgate.judge.ab import ABGate, RevisionReference, runs_duet
-from perfgate.judge.gate import Gate, StoredBaseline
+from perfgate.judge.baselines import StoredBaseline
+from perfgate.judge.gate import Gate
 from perfgate.launch import hardware
 from perfgate.launch.plan import Plan, node_launcher, plan
 from perfgate.launch.spec import NodeLauncher

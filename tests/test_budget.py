@@ -6,8 +6,8 @@ from fakes import METRIC, FakeMeasurer, LaunchClock, make_plan
 
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
-from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning
+from perfgate.judge.baselines import Baseline, MetricBaseline, StoredBaseline
+from perfgate.judge.gate import Gate, StaleBaselineWarning, UnresolvedVerdictWarning
 from perfgate.measure.budget import SessionBudget, launch_costs
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.report import tables, terminal

@@ -12,9 +12,9 @@ from fakes import DETECTED, METRIC, FakeMeasurer, LaunchClock, make_plan
 from perfgate.config.cases import Case, CaseRun, Flavour
 from perfgate.config.settings import Settings
 from perfgate.judge import baselines
-from perfgate.judge.baselines import Baseline, MetricBaseline
 from perfgate.judge.ab import UnprovenPassWarning
-from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning
+from perfgate.judge.baselines import Baseline, MetricBaseline, StoredBaseline
+from perfgate.judge.gate import Gate, StaleBaselineWarning, UnresolvedVerdictWarning
 from perfgate.judge.gated import HostSpinWarning, UngatedMetricWarning
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
@@ -520,7 +520,7 @@ def test_ab_judges_pairs_so_drift_over_the_session_does_not_hide_a_slowdown(tmp_
 
 
 def test_a_planted_slowdown_that_did_not_slow_the_gated_metric_is_reported_not_averaged_in(tmp_path):
-    from perfgate.judge.gate import PlantNotTakenWarning
+    from perfgate.judge.plant import PlantNotTakenWarning
 
     plan = make_plan(tmp_path)
     store(plan)

@@ -8,12 +8,12 @@ import re
 import pytest
 from fakes import METRIC, FakeMeasurer, LaunchClock, make_plan
 
-from perfgate.config.settings import Settings  # noqa: E402
-from perfgate.judge import baselines  # noqa: E402
-from perfgate.judge.baselines import Baseline, MetricBaseline, StoredSession  # noqa: E402
-from perfgate.judge.gate import Gate, StaleBaselineWarning, StoredBaseline, UnresolvedVerdictWarning  # noqa: E402
-from perfgate.measure.budget import SessionBudget  # noqa: E402
-from perfgate.outcome import CaseFailed  # noqa: E402
+from perfgate.config.settings import Settings
+from perfgate.judge import baselines
+from perfgate.judge.baselines import Baseline, MetricBaseline, StoredBaseline, StoredSession
+from perfgate.judge.gate import Gate, StaleBaselineWarning, UnresolvedVerdictWarning
+from perfgate.measure.budget import SessionBudget
+from perfgate.outcome import CaseFailed
 
 PROBE = "probe_matmul_gflops"
 RUNS = (99.0, 100.0, 101.0, 100.5, 99.5, 100.0, 100.2)

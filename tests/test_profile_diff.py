@@ -8,8 +8,8 @@ from fakes import METRIC, FakeMeasurer, LaunchClock, make_plan
 
 from perfgate.config.settings import Settings
 from perfgate.judge import baseline_update, baselines, profile_diff
-from perfgate.judge.baselines import Baseline, MetricBaseline
-from perfgate.judge.gate import Gate, StoredBaseline
+from perfgate.judge.baselines import Baseline, MetricBaseline, StoredBaseline
+from perfgate.judge.gate import Gate
 from perfgate.judge.profile_diff import Summary
 from perfgate.measure.budget import SessionBudget
 from perfgate.outcome import CaseFailed

@@ -87,7 +87,7 @@ def test_scaling_rows_give_speedup_and_efficiency_per_family():
 
 def test_a_failure_names_how_the_machine_speed_probe_moved_since_the_baseline():
     from perfgate.judge.baselines import Baseline, MetricBaseline
-    from perfgate.judge.gate import machine_speed
+    from perfgate.judge.estimates import machine_speed
     from perfgate.measure.measurer import Measurement
 
     baseline = Baseline("c", "k", {"steady_samples_per_second": MetricBaseline(100.0, "higher", 0.05)},

@@ -16,8 +16,8 @@ jsonschema = pytest.importorskip("jsonschema", reason="the schema's tests valida
 
 from perfgate.config.settings import Settings  # noqa: E402
 from perfgate.judge import baselines  # noqa: E402
-from perfgate.judge.baselines import Baseline, MetricBaseline  # noqa: E402
-from perfgate.judge.gate import Gate, StoredBaseline  # noqa: E402
+from perfgate.judge.baselines import Baseline, MetricBaseline, StoredBaseline  # noqa: E402
+from perfgate.judge.gate import Gate  # noqa: E402
 from perfgate.outcome import CaseFailed  # noqa: E402
 from perfgate.result import SCHEMA_VERSION, VERDICTS, Result, ResultRecordError, json_schema  # noqa: E402
 

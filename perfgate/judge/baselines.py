@@ -20,8 +20,9 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from perfgate.judge import profile_diff
 from perfgate.launch.hardware import vector_tier, without_vector_tier
 from perfgate.measure import stats
 
@@ -304,3 +305,44 @@ def judge(baseline: Baseline, current: Mapping[str, Sequence[float]],
             comparison=comparison, decision=stats.decide(comparison, ref.better, ref.tolerance, resolve=resolve),
         ))
     return verdicts
+
+
+class Reference(Protocol):
+    """What a case is judged against."""
+
+    where: Path | str
+    """Where the reference lives, for messages."""
+    against: str
+    """What the runs are set against, as a message names it ("the baseline")."""
+    remedy: str
+    """What gates a metric the reference lacks (one from before the metric)."""
+    when_faster: tuple[str, str]
+    """What a case faster than the reference beyond the tolerance is, and what to do about it."""
+    no_profile: str
+    """Why the reference has no profile to set a FAIL's against, where it has none."""
+
+    def load(self) -> Baseline | None:
+        """The reference; None when there is none yet; BaselineError when it cannot be trusted."""
+
+    def profile(self) -> profile_diff.Summary | None:
+        """The reference's operators per step, for a FAIL's "what got slower"; None where it has none."""
+
+
+class StoredBaseline:
+    """A reviewed baseline file under --baseline-dir, which --update-baselines (re)writes."""
+
+    against = "the baseline"
+    remedy = "re-measure the baseline with --update-baselines to gate it"
+    when_faster = ("stale baseline", "re-measure with --update-baselines and review")
+
+    def __init__(self, path: Path) -> None:
+        self.where = path
+        self.no_profile = (f"none beside {path}: --update-baselines records one in "
+                           f"{profile_diff.beside(path).name}")
+
+    def load(self) -> Baseline | None:
+        return load(self.where)
+
+    def profile(self) -> profile_diff.Summary | None:
+        path = profile_diff.beside(self.where)
+        return profile_diff.read(path) if path.exists() else None

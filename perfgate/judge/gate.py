@@ -14,18 +14,17 @@ paired comparison (judge/ab.py), which overrides ``judge``. --update-baselines m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Protocol, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines, model, profile_diff
+from perfgate.judge import baselines, estimates, plant, profile_diff
 from perfgate.judge.baseline_update import BaselineUpdate
-from perfgate.judge.baselines import StoredSession
+from perfgate.judge.baselines import Reference, StoredSession
 from perfgate.judge.gated import GatedMetrics
 from perfgate.launch.plan import Plan
-from perfgate.measure import gpu_monitor, metrics, stats
+from perfgate.measure import gpu_monitor
 from perfgate.measure.budget import CaseBudget, SessionBudget
 from perfgate.measure.measurer import Measurement, Measurer
-from perfgate.measure.metrics import METRICS
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.result import Result
 
@@ -34,76 +33,14 @@ class StaleBaselineWarning(UserWarning):
     """A case ran faster than its baseline by more than its tolerance: re-measure and review the baseline."""
 
 
-class PlantNotTakenWarning(UserWarning):
-    """A planted slowdown moved a gated metric by less than half of what it should: a gate proven with that plant
-    proves nothing."""
-
-
 class UnresolvedVerdictWarning(UserWarning):
     """The launches allowed could not decide the verdict: neither a FAIL nor a pass."""
 
 
-PLANT_TAKEN = 0.5
-"""A plant has taken once a gated metric moved at least this share of the way it should."""
 NO_BASELINE_RUNS = 2
 """Launches of a case that has no baseline for this class: nothing is gated, the measurement only informs (set
 beside other classes' baselines), and the first launch (which also counts FLOPs and runs benchy) and one later
 one are what the estimate of the baseline-making time needs. A newcomer's first `make perf` is a third shorter."""
-
-
-def plant_check(fraction: float, changes: Sequence[tuple[str, str, float]],
-                planted_fractions: list[float]) -> list[dict[str, Any]]:
-    """Did each gated metric (``changes``: its name, which way is better and its relative change) move as a planted
-    slowdown of ``fraction`` should (a rate to 1 / (1 + F), a time by +F)? ``planted_fractions``: what the runs
-    applied (RunMetrics.planted_fraction)."""
-    rows = []
-    for metric, better, change in changes:
-        expected = 1 / (1 + fraction) - 1 if better == "higher" else fraction
-        rows.append({"metric": metric, "planted": fraction, "expected_change": expected, "measured_change": change,
-                     "applied": stats.median(planted_fractions) if planted_fractions else None,
-                     "took": change / expected >= PLANT_TAKEN})
-    return rows
-
-
-class Reference(Protocol):
-    """What a case is judged against."""
-
-    where: Path | str
-    """Where the reference lives, for messages."""
-    against: str
-    """What the runs are set against, as a message names it ("the baseline")."""
-    remedy: str
-    """What gates a metric the reference lacks (one from before the metric)."""
-    when_faster: tuple[str, str]
-    """What a case faster than the reference beyond the tolerance is, and what to do about it."""
-    no_profile: str
-    """Why the reference has no profile to set a FAIL's against, where it has none."""
-
-    def load(self) -> baselines.Baseline | None:
-        """The reference; None when there is none yet; BaselineError when it cannot be trusted."""
-
-    def profile(self) -> profile_diff.Summary | None:
-        """The reference's operators per step, for a FAIL's "what got slower"; None where it has none."""
-
-
-class StoredBaseline:
-    """A reviewed baseline file under --baseline-dir, which --update-baselines (re)writes."""
-
-    against = "the baseline"
-    remedy = "re-measure the baseline with --update-baselines to gate it"
-    when_faster = ("stale baseline", "re-measure with --update-baselines and review")
-
-    def __init__(self, path: Path) -> None:
-        self.where = path
-        self.no_profile = (f"none beside {path}: --update-baselines records one in "
-                           f"{profile_diff.beside(path).name}")
-
-    def load(self) -> baselines.Baseline | None:
-        return baselines.load(self.where)
-
-    def profile(self) -> profile_diff.Summary | None:
-        path = profile_diff.beside(self.where)
-        return profile_diff.read(path) if path.exists() else None
 
 
 class Gate:
@@ -197,15 +134,16 @@ class Gate:
             raise CaseFailed(f"{plan.run.key}: the runs measured no {', '.join(unmeasured)}, which "
                              f"{self.reference.where} gates: the workload no longer records it, or its records changed. "
                              "Where that is meant, measure the baseline again: --update-baselines")
-        stored = sessions_of(baseline, self.history_sessions(baseline))
+        stored = estimates.sessions_of(baseline, self.history_sessions(baseline))
         while True:
-            effects = self.effects(baseline, measurement, stored)
+            effects = estimates.effects(plan, baseline, measurement, stored, self.settings.verdict == "model")
             decided = any(effect.verdict == "FAIL" for effect in effects.values())
             pays = not decided and any(effect.another_launch_pays() for effect in effects.values())
             if not pays or not self.may_measure_more(measurement, cap):
                 break
             self.launch(cap)
-        result.metrics = [self.row(metric, effect, baseline, measurement) for metric, effect in effects.items()]
+        result.metrics = [estimates.row(metric, self.gated.unit(metric), effect, baseline, measurement)
+                          for metric, effect in effects.items()]
         self.check_plant([(metric, baseline.metrics[metric].better, row["change"])
                           for metric, row in zip(effects, result.metrics)], measurement)
         verdicts = [effect.verdict for effect in effects.values()]
@@ -229,45 +167,6 @@ class Gate:
                                   f"the machine's speed is weighed\n{lines}")
         result.conclude("pass")
         return result
-
-    def effects(self, baseline: baselines.Baseline, measurement: Measurement, stored: Sequence[StoredSession]
-                ) -> dict[str, model.Effect]:
-        """Each gated metric's effect, from the launches so far. A metric the machine's speed does not move (memory,
-        FLOPs, instructions, a share), and every metric under --perf-verdict as-measured, is read without the probe."""
-        plan, then, now = self.plan, baseline.provenance.get("measured", {}), measurement.medians()
-        measured = list(baseline.metrics)
-        found = {}
-        for metric in measured:
-            info = METRICS[metric]
-            weighed = self.settings.verdict == "model" and metrics.moves_with_machine(metric)
-
-            def readings(source: dict[str, Any]) -> dict[str, Any]:
-                return {name: source.get(name) for name in model.PROBES} if weighed else {}
-
-            own = model.session_of(list(baseline.metrics[metric].samples), info.better, readings(then))
-            this = model.session_of(measurement.values(metric), info.better, readings(now))
-            others = [model.stored_session(session.medians[metric], info.better,
-                                           readings(dict(session.probes) or {model.WALL_MATMUL: session.probe}))
-                      for session in stored if metric in session.medians]
-            found[metric] = model.estimate(this, own, others, clock=info.clock, kind=plan.run.kind,
-                                           tolerance=plan.run.flavour.least_tolerance(info.clock, plan.run.kind),
-                                           metrics=len(measured))
-        return found
-
-    def row(self, metric: str, effect: model.Effect, baseline: baselines.Baseline,
-            measurement: Measurement) -> dict[str, Any]:
-        """The record's row of one metric: what was measured, the effect with its interval and what it rests on."""
-        reference = baseline.metrics[metric]
-        change, interval = effect.as_change(reference.better)
-        return {"metric": metric, "unit": self.gated.unit(metric), "measured": measurement.medians()[metric],
-                "baseline": reference.value, "change": change, "tolerance": effect.tolerance,
-                "ci": list(interval), "runs": effect.launches, "verdict": effect.verdict,
-                "against_baseline": effect.verdict, "run_values": measurement.values(metric),
-                "baseline_runs": list(reference.samples), "catchable": effect.catchable, "basis": effect.basis,
-                "covariates": list(effect.covariates), "slopes": list(effect.slopes),
-                "components": {"between_sessions": effect.components.between_sessions,
-                               "between_launches": effect.components.between_launches,
-                               "prediction": effect.prediction_var}}
 
     def planted(self) -> str:
         fraction = self.settings.inject_slowdown
@@ -297,7 +196,7 @@ class Gate:
         plan = self.plan
         self.result.conclude("FAIL")
         raise CaseFailed(f"{plan.run.key}: performance regression on {plan.hardware_class}{details}\n"
-                         f"{machine_speed(baseline, measurement)}{self.what_got_slower()}"
+                         f"{estimates.machine_speed(baseline, measurement)}{self.what_got_slower()}"
                          f"baseline: {self.reference.where}\ncommand: {measurement.command}\n"
                          f"logs kept in {plan.spec.workdir}")
 
@@ -325,19 +224,9 @@ class Gate:
 
     def check_plant(self, changes: Sequence[tuple[str, str, float]], measurement: Measurement) -> None:
         """Shows, in result.json and with a warning, a planted slowdown that did not slow what is gated."""
-        fraction = self.settings.inject_slowdown
-        if not fraction:
-            return
-        rows = plant_check(fraction, changes, measurement.values("planted_fraction"))
-        self.result.plant = rows
-        for row in rows:
-            if not row["took"]:
-                applied = "" if row["applied"] is None else f" (the runs applied {row['applied']:.1%})"
-                self.result.warn(PlantNotTakenWarning(
-                    f"{self.plan.run.key}: a planted slowdown of {fraction:.0%}{applied} should move {row['metric']} "
-                    f"by {row['expected_change']:+.1%}, but it moved {row['measured_change']:+.1%} against "
-                    f"{self.reference.where}: the plant did not take, or the machine got that much faster since "
-                    "(A/B in one job, --perf-against, answers drift); this verdict proves nothing about the gate"))
+        if self.settings.inject_slowdown:
+            plant.check(self.result, self.plan.run.key, self.settings.inject_slowdown, changes,
+                        measurement.values("planted_fraction"), self.reference.where)
 
     def repeat_cap(self) -> int:
         """How many launches a verdict may grow to."""
@@ -380,24 +269,7 @@ class Gate:
         raise CaseSkipped(message)
 
 
-def sessions_of(baseline: baselines.Baseline, history: Sequence[StoredSession]) -> list[StoredSession]:
-    """The baseline file's sessions and the history's, each once (by when and at which commit it ran)."""
-    by_identity = {(session.recorded_at, session.commit): session for session in (*baseline.sessions, *history)}
-    return sorted(by_identity.values(), key=lambda session: session.recorded_at)
-
-
 def ab_instead(test_id: str) -> str:
     """The command that judges a smaller change on this machine: both sides in one job, measured at once."""
     return (f"to judge a smaller change here, A/B it in one job: pytest '{test_id}' --perf-against REF (a CPU flavour "
             "on the local launcher measures both sides at once: docs/ab.md)")
-
-
-def machine_speed(baseline: baselines.Baseline, measurement: Measurement) -> str:
-    """A line comparing the machine-speed probe now with the probe when the baseline was measured, the readings the
-    verdict's model weighed. Empty without probe readings."""
-    then, now = baseline.provenance.get("measured", {}), measurement.medians()
-    lines = [f"{name} {now[name]:.4g} vs {then[name]:.4g} ({now[name] / then[name] - 1:+.1%})"
-             for name in metrics.PROBES if then.get(name) and now.get(name)]
-    if not lines:
-        return ""
-    return "machine-speed probe now vs when the baseline was measured: " + ", ".join(lines) + "\n"

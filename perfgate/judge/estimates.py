@@ -1,0 +1,72 @@
+"""The verdict's model (judge/model.py) read against a stored baseline: each gated metric's sessions, from the
+baseline's launches, the stored sessions and this session's launches, with the machine-speed readings the metric
+moves with, and the record's row of its estimate."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from perfgate.judge import model
+from perfgate.judge.baselines import Baseline, StoredSession
+from perfgate.launch.plan import Plan
+from perfgate.measure import metrics
+from perfgate.measure.measurer import Measurement
+from perfgate.measure.metrics import METRICS
+
+
+def effects(plan: Plan, baseline: Baseline, measurement: Measurement, stored: Sequence[StoredSession],
+            weigh_machine: bool = True) -> dict[str, model.Effect]:
+    """Each gated metric's effect, from the launches so far. A metric the machine's speed does not move (memory,
+    FLOPs, instructions, a share), and every metric where ``weigh_machine`` is off (--perf-verdict as-measured), is
+    read without the probe."""
+    then, now, kind = baseline.provenance.get("measured", {}), measurement.medians(), plan.run.kind
+    found = {}
+    for metric, reference in baseline.metrics.items():
+        info = METRICS[metric]
+        weighed = weigh_machine and metrics.moves_with_machine(metric)
+
+        def readings(source: dict[str, Any]) -> dict[str, Any]:
+            return {name: source.get(name) for name in model.PROBES} if weighed else {}
+
+        own = model.session_of(list(reference.samples), info.better, readings(then))
+        this = model.session_of(measurement.values(metric), info.better, readings(now))
+        others = [model.stored_session(session.medians[metric], info.better,
+                                       readings(dict(session.probes) or {model.WALL_MATMUL: session.probe}))
+                  for session in stored if metric in session.medians]
+        found[metric] = model.estimate(this, own, others, clock=info.clock, kind=kind,
+                                       tolerance=plan.run.flavour.least_tolerance(info.clock, kind),
+                                       metrics=len(baseline.metrics))
+    return found
+
+
+def row(metric: str, unit: str, effect: model.Effect, baseline: Baseline, measurement: Measurement
+        ) -> dict[str, Any]:
+    """The record's row of one metric: what was measured, the effect with its interval and what it rests on."""
+    reference = baseline.metrics[metric]
+    change, interval = effect.as_change(reference.better)
+    return {"metric": metric, "unit": unit, "measured": measurement.medians()[metric],
+            "baseline": reference.value, "change": change, "tolerance": effect.tolerance,
+            "ci": list(interval), "runs": effect.launches, "verdict": effect.verdict,
+            "against_baseline": effect.verdict, "run_values": measurement.values(metric),
+            "baseline_runs": list(reference.samples), "catchable": effect.catchable, "basis": effect.basis,
+            "covariates": list(effect.covariates), "slopes": list(effect.slopes),
+            "components": {"between_sessions": effect.components.between_sessions,
+                           "between_launches": effect.components.between_launches,
+                           "prediction": effect.prediction_var}}
+
+
+def sessions_of(baseline: Baseline, history: Sequence[StoredSession]) -> list[StoredSession]:
+    """The baseline file's sessions and the history's, each once (by when and at which commit it ran)."""
+    by_identity = {(session.recorded_at, session.commit): session for session in (*baseline.sessions, *history)}
+    return sorted(by_identity.values(), key=lambda session: session.recorded_at)
+
+
+def machine_speed(baseline: Baseline, measurement: Measurement) -> str:
+    """A line comparing the machine-speed probe now with the probe when the baseline was measured, the readings the
+    verdict's model weighed. Empty without probe readings."""
+    then, now = baseline.provenance.get("measured", {}), measurement.medians()
+    lines = [f"{name} {now[name]:.4g} vs {then[name]:.4g} ({now[name] / then[name] - 1:+.1%})"
+             for name in metrics.PROBES if then.get(name) and now.get(name)]
+    if not lines:
+        return ""
+    return "machine-speed probe now vs when the baseline was measured: " + ", ".join(lines) + "\n"
