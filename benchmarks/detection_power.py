@@ -53,7 +53,7 @@ from background_load import busy_processes, training_job  # noqa: E402
 
 from perfgate.config.cases import baseline_path  # noqa: E402
 from perfgate.config.settings import Settings  # noqa: E402
-from perfgate.judge import baselines  # noqa: E402
+from perfgate.judge import baselines, pairs  # noqa: E402
 from perfgate.judge.ab import undecided  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
 from perfgate.measure.metrics import MACHINE_PROBES, METRICS  # noqa: E402
@@ -151,7 +151,7 @@ def promises_kept(trials: list[dict], sizes: list[float]) -> list[str]:
     return lines
 
 
-def rejudge(trial: dict, paired: bool, first: int) -> tuple[bool, int]:
+def rejudge(trial: dict, first: int) -> tuple[bool, int]:
     """One recorded A/B trial decided again by the pairs' rules: whether it fails, and after how many pairs."""
     rows = trial["metrics"]
     recorded = min(len(row["run_values"]) for row in rows)
@@ -159,11 +159,10 @@ def rejudge(trial: dict, paired: bool, first: int) -> tuple[bool, int]:
     while True:
         reference = baselines.Baseline("rejudged", "detection-power", {
             row["metric"]: baselines.MetricBaseline(row["baseline"], METRICS[row["metric"]].better, row["tolerance"],
-                                                    row["unit"], tuple(row["baseline_runs"][:runs] if paired
-                                                                       else row["baseline_runs"]))
+                                                    row["unit"], tuple(row["baseline_runs"][:runs]))
             for row in rows}, provenance={})
-        verdicts = baselines.judge(reference, {row["metric"]: row["run_values"][:runs] for row in rows},
-                                   stats.compare_pairs if paired else stats.compare_runs)
+        verdicts = pairs.judge(reference, {row["metric"]: row["run_values"][:runs] for row in rows},
+                               stats.compare_pairs)
         if not undecided({v.outcome for v in verdicts}) or runs >= recorded:
             return any(stats.settle(v.decision).outcome == "FAIL" for v in verdicts), runs
         runs += 1
@@ -187,14 +186,14 @@ def print_rejudged(path: Path) -> None:
                  "python benchmarks/verdict_model.py replays stored sessions")
     if any(arg.startswith("--perf-ab-resolve") for arg in recorded["pytest_args"]):
         sys.exit("--rejudge: trials run under --perf-ab-resolve look at a 99 % interval after every pair; not replayed")
-    paired, first = recorded["against"] is not None, first_runs(recorded["pytest_args"])
+    first = first_runs(recorded["pytest_args"])
     print("| planted slowdown | trials | failed: recorded / rejudged | runs per trial: recorded / rejudged | "
           "max time to verdict: recorded / rejudged |")
     print("|---|---|---|---|---|")
     trials = [t for t in recorded["trials"] if t["metrics"]]
     for size in sorted({t["slowdown"] for t in trials}):
         mine = [t for t in trials if t["slowdown"] == size]
-        again = [rejudge(t, paired, first) for t in mine]
+        again = [rejudge(t, first) for t in mine]
         counts = [min(len(row["run_values"]) for row in t["metrics"]) for t in mine]
         # A trial's time scales with its runs: each pair (run) takes about as long as the others.
         seconds = [t["seconds"] * runs / count for t, (_, runs), count in zip(mine, again, counts)]

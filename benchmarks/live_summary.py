@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from perfgate.judge import baselines, model  # noqa: E402
-from perfgate.measure.metrics import METRICS  # noqa: E402
+from perfgate.measure.metrics import METRICS, PROBES  # noqa: E402
 from perfgate.trend.database import ResultsDatabase  # noqa: E402
 
 ORDER = ("FAIL", "unresolved", "stale", "pass")
@@ -62,7 +62,7 @@ def probes_of(record: dict) -> dict[str, float]:
     """The session's probe readings: each one's median over its launches."""
     found: dict[str, list[float]] = defaultdict(list)
     for run in record["per_run"]:
-        for name in model.PROBES:
+        for name in PROBES:
             if run["metrics"].get(name):
                 found[name].append(run["metrics"][name])
     return {name: statistics.median(values) for name, values in found.items()}
@@ -86,7 +86,7 @@ def rejudged(sessions: list[dict], baseline_dir: Path) -> list[dict]:
                 values = [run["metrics"][metric] for run in record["per_run"] if run["metrics"].get(metric)]
                 if not values:
                     continue
-                own = model.session_of(list(reference.samples), info.better, {k: measured.get(k) for k in model.PROBES})
+                own = model.session_of(list(reference.samples), info.better, {k: measured.get(k) for k in PROBES})
                 this = model.session_of(values, info.better, probes_of(record))
                 stored = [model.stored_session(statistics.median(run["metrics"][metric] for run in other["per_run"]),
                                                info.better, probes_of(other)) for other in others]

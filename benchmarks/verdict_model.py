@@ -29,7 +29,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 from perfgate.config.cases import CPU_TOLERANCE_FLOOR  # noqa: E402
 from perfgate.judge import baselines, model  # noqa: E402
-from perfgate.measure.metrics import METRICS  # noqa: E402
+from perfgate.measure.metrics import METRICS, PROBES  # noqa: E402
 
 PLANTS = (0.05, 0.10, 0.20)
 TOLERANCES = {"wall": CPU_TOLERANCE_FLOOR, "cpu": 0.05}
@@ -57,7 +57,7 @@ def sessions(baseline: baselines.Baseline, metric: str) -> tuple[model.Session, 
     """The baseline's own session and its stored ones, for ``metric``."""
     better = METRICS[metric].better
     measured = baseline.provenance.get("measured", {})
-    own = model.session_of(baseline.metrics[metric].runs, better, {k: measured.get(k) for k in model.PROBES})
+    own = model.session_of(baseline.metrics[metric].runs, better, {k: measured.get(k) for k in PROBES})
     stored = [model.stored_session(s.medians[metric], better, probes(s)) for s in baseline.sessions]
     return own, stored
 
@@ -92,36 +92,29 @@ def by_the_model(baseline: baselines.Baseline, left_out: int, planted: float) ->
     return case_verdict(verdicts), min(figures)
 
 
-JUDGES = {"model": by_the_model}
-"""The rules the model replaced were replayed beside it here until they were deleted (docs/measurements.md, the
-model becomes the verdict)."""
-
-
 def replay(baseline_dir: Path) -> None:
-    tallies: dict[tuple[str, str], dict] = defaultdict(lambda: {"unchanged": Counter(), "plants": defaultdict(Counter),
-                                                                "figures": [], "promised": Counter()})
+    tallies: dict[str, dict] = defaultdict(lambda: {"unchanged": Counter(), "plants": defaultdict(Counter),
+                                                    "figures": [], "promised": Counter()})
     for baseline in files(baseline_dir):
-        for name, judge in JUDGES.items():
-            tally = tallies[baseline.hardware_class, name]
-            for left_out in range(len(baseline.sessions)):
-                verdict, stated = judge(baseline, left_out, 0.0)
-                tally["unchanged"][verdict] += 1
-                if stated is not None:
-                    tally["figures"].append(stated)
-                for size in PLANTS:
-                    caught, _ = judge(baseline, left_out, size)
-                    tally["plants"][size][caught] += 1
-                    if stated is not None and size >= stated:
-                        tally["promised"][caught] += 1
-    print("| hardware class | judged by | unchanged case-sessions | FAIL (false) | unresolved | stale | pass | "
+        tally = tallies[baseline.hardware_class]
+        for left_out in range(len(baseline.sessions)):
+            verdict, stated = by_the_model(baseline, left_out, 0.0)
+            tally["unchanged"][verdict] += 1
+            tally["figures"].append(stated)
+            for size in PLANTS:
+                caught, _ = by_the_model(baseline, left_out, size)
+                tally["plants"][size][caught] += 1
+                if size >= stated:
+                    tally["promised"][caught] += 1
+    print("| hardware class | unchanged case-sessions | FAIL (false) | unresolved | stale | pass | "
           + " | ".join(f"{size:.0%} plants FAIL" for size in PLANTS) + " | catches (median) | plants at or above "
           "the figure: FAIL |")
-    print("|---" * (9 + len(PLANTS)) + "|")
-    for (hardware_class, name), tally in sorted(tallies.items()):
+    print("|---" * (8 + len(PLANTS)) + "|")
+    for hardware_class, tally in sorted(tallies.items()):
         unchanged, total = tally["unchanged"], sum(tally["unchanged"].values())
         plants = [f"{tally['plants'][size]['FAIL']} of {sum(tally['plants'][size].values())}" for size in PLANTS]
         promised, stated = tally["promised"], tally["figures"]
-        print(f"| {hardware_class} | {name} | {total} | {unchanged['FAIL']} ({unchanged['FAIL'] / total:.1%}) | "
+        print(f"| {hardware_class} | {total} | {unchanged['FAIL']} ({unchanged['FAIL'] / total:.1%}) | "
               f"{unchanged['unresolved']} | {unchanged['stale']} | {unchanged['pass']} | {' | '.join(plants)} | "
               f"{f'{statistics.median(stated):.1%}' if stated else '-'} | {promised['FAIL']} of "
               f"{sum(promised.values())} |")

@@ -46,6 +46,10 @@ class MetricRow(TypedDict, total=False):
     measured: Optional[float]
     baseline: Optional[float]
     change: Optional[float]
+    """The measured median against the baseline's (or the reference's), as a relative change of the value."""
+    effect: Optional[float]
+    """Against a stored baseline, the verdict's model's estimate of the change, the sessions and the machine's speed
+    weighed; ``ci`` is its interval."""
     tolerance: Optional[float]
     verdict: str
     against_baseline: str

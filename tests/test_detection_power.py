@@ -52,13 +52,13 @@ fastest step is 10 % worse but not significant."""
 
 
 def test_rejudging_replays_an_ab_trial_by_the_pairs_rules_and_stops_where_they_stop():
-    assert detection_power.rejudge(CAUGHT_BY_THE_CPU_CLOCK, paired=True, first=3) == (True, 3)
+    assert detection_power.rejudge(CAUGHT_BY_THE_CPU_CLOCK, first=3) == (True, 3)
     unchanged = {**CAUGHT_BY_THE_CPU_CLOCK, "metrics": [
         row("cpu_seconds_per_sample", "CPU s/sample", 0.02, [1.0] * 5, [1.0, 1.01, 0.99, 1.0, 1.0]),
         row("fastest_step_samples_per_second", "samples/s", 0.06, [100.0] * 5, [100.0, 99.0, 101.0, 100.0, 100.0])]}
-    assert detection_power.rejudge(unchanged, paired=True, first=3) == (False, 3)
+    assert detection_power.rejudge(unchanged, first=3) == (False, 3)
     still_open = {**CAUGHT_BY_THE_CPU_CLOCK, "metrics": CAUGHT_BY_THE_CPU_CLOCK["metrics"][1:]}
-    assert detection_power.rejudge(still_open, paired=True, first=3) == (False, 5)
+    assert detection_power.rejudge(still_open, first=3) == (False, 5)
 
 
 def test_the_rejudged_table_sets_the_recorded_trials_beside_their_replay(tmp_path, capsys):

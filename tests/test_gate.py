@@ -19,7 +19,6 @@ from perfgate.judge.gated import HostSpinWarning, UngatedMetricWarning
 from perfgate.launch.hardware import Hardware
 from perfgate.launch.plan import Plan
 from perfgate.launch.spec import LaunchSpec
-from perfgate.measure import stats
 from perfgate.outcome import CaseFailed, CaseSkipped
 from perfgate.records import host_wait
 from perfgate.report import tables
@@ -59,7 +58,7 @@ def test_a_significant_regression_fails_with_the_baseline_command_and_logs(tmp_p
         checker.check()
     message = str(failed.value)
     assert message.startswith("w-c-cpu: performance regression on k (with a PLANTED slowdown of 50%)\n")
-    assert f"  {METRIC}: -30.0% against the baseline, +42.9% slower once the machine is weighed (interval" in message
+    assert f"  {METRIC}: -30.0% against the baseline, +42.9% slower by the model (interval" in message
     assert f"baseline: {plan.baseline_file}" in message and "command: python -m torch.distributed.run" in message
     assert f"logs kept in {plan.spec.workdir}" in message
     assert measurer.result.verdict == "FAIL"
@@ -107,7 +106,7 @@ def test_a_much_faster_run_warns_that_the_baseline_is_stale_or_fails_under_fail_
     store(plan)
     checker, _ = gate(plan, [150.0, 151.0, 149.0])
     with pytest.warns(StaleBaselineWarning, match=r"w-c-cpu: stale baseline on k: faster than .* by more than its "
-                                                  r"tolerance, once the machine's speed is weighed"):
+                                                  r"tolerance, by the model"):
         assert checker.check().verdict == "stale"
     checker, _ = gate(plan, [150.0, 151.0, 149.0], fail_stale=True)
     with pytest.raises(CaseFailed, match="re-measure with --update-baselines and review"):
@@ -508,15 +507,14 @@ def test_ab_budget_starts_no_pair_that_would_end_past_it(tmp_path, budget, pairs
 
 
 def test_ab_judges_pairs_so_drift_over_the_session_does_not_hide_a_slowdown(tmp_path):
-    """The machine slows 30 % over the session and the candidate is 5 % slower in every pair: caught,
-    where the same runs as independent samples overlap too much to be significant."""
+    """The machine slows 30 % over the session and the candidate is 5 % slower in every pair: caught, though the
+    candidate's runs and the reference's overlap as independent samples."""
     plan = make_plan(tmp_path)
     reference = [100.0, 90.0, 80.0, 70.0]
     candidate = [0.95 * value for value in reference]
     gate, result, _ = ab_gate(plan, reference, candidate, max_repeats=None)
     with pytest.raises(CaseFailed, match=r"significantly worse by 5.0% \(CI \+5.0%..\+5.0%\)"):
         gate.check()
-    assert stats.decide(stats.compare_runs(reference[:2], candidate[:2]), "higher", 0.02).outcome != "FAIL"
 
 
 def test_a_planted_slowdown_that_did_not_slow_the_gated_metric_is_reported_not_averaged_in(tmp_path):

@@ -1,6 +1,7 @@
 """The verdict's model on simulated sessions whose truth is known: variance components, the machine's slope, the
 effect and its interval, the prior, the decision rule's edges and the message."""
 
+import dataclasses
 import math
 
 import pytest
@@ -200,11 +201,13 @@ def test_a_higher_is_better_metrics_change_is_recorded_as_the_values_own():
 
 
 def test_the_message_states_the_change_interval_basis_and_the_figure():
+    """The measured change against the baseline first, then the model's effect, which weighs the machine: a session
+    on a machine 10 % slower that read 15 % slower is a 4.5 % effect."""
     slower = effect(math.log1p(0.12), 0.05)
-    assert slower.describe("lower") == ("+12.0% against the baseline, +12.0% slower once the machine is weighed "
-                                        "(interval +1.3% to +23.8%, tolerance 5.0%; from the prior; catches 24%)")
-    assert slower.describe("higher").startswith("-10.7% against the baseline, +12.0% slower once"), \
-        "a rate reads its own change first: 1/1.12 of the baseline's"
+    assert slower.describe(0.15) == ("+15.0% against the baseline, +12.0% slower by the model (interval +1.3% to "
+                                     "+23.8%, tolerance 5.0%; from the prior; catches 24%)")
+    weighed = dataclasses.replace(slower, covariates=("probe_matmul_cpu_gflops",))
+    assert "from the prior; weighs probe_matmul_cpu_gflops; catches" in weighed.describe(0.15)
 
 
 def test_one_launch_a_side_takes_the_priors_spread_for_the_launches():

@@ -52,7 +52,8 @@ def test_an_unchanged_session_on_a_faster_machine_passes_and_records_the_models_
     row = result.metrics[0]
     assert (row["verdict"], row["basis"], row["covariates"]) == ("pass", "13 sessions", [PROBE])
     assert row["slopes"][0] == pytest.approx(-0.7, abs=0.1), "oriented: a faster machine, a lower (better) y"
-    assert abs(row["change"]) < 0.03 and row["ci"][0] < row["change"] < row["ci"][1]
+    assert row["change"] == pytest.approx(0.17), "the measured value against the baseline's"
+    assert abs(row["effect"]) < 0.03 and row["ci"][0] < row["effect"] < row["ci"][1], "the model's, machine weighed"
     assert 0.05 < row["catchable"] < 0.2
 
 
@@ -61,9 +62,9 @@ def test_a_slowdown_fails_naming_its_interval_and_the_figure_it_catches(tmp_path
     with pytest.raises(CaseFailed) as failed:
         checker.check()
     message = str(failed.value)
-    assert re.match(r"w-c-cpu: performance regression on k\n  samples_per_second: -30\.0% against the baseline, \+42\.\d% "
-                    r"slower once the machine is weighed \(interval \+\d+\.\d% to \+\d+\.\d%, tolerance 5\.0%; from 13 "
-                    r"sessions; catches \d+%\)\n", message), message
+    assert re.match(r"w-c-cpu: performance regression on k\n  samples_per_second: -30\.0% against the baseline, "
+                    r"\+42\.\d% slower by the model \(interval \+\d+\.\d% to \+\d+\.\d%, tolerance 5\.0%; from 13 "
+                    r"sessions; weighs probe_matmul_gflops; catches \d+%\)\n", message), message
     assert "machine-speed probe now vs when the baseline was measured: probe_matmul_gflops 70 vs 70 (+0.0%)" in message
 
 
@@ -84,8 +85,8 @@ def test_a_verdict_more_launches_could_decide_launches_again_up_to_the_cap_then_
     with pytest.warns(UnresolvedVerdictWarning) as warned:
         assert checker.check().verdict == "unresolved"
     assert measurer.launches == 5
-    assert ("an interval still straddles its tolerance after 5 launches, and more launches would narrow it: they would "
-            "decide it (--perf-max-repeats)") in str(warned[0].message)
+    assert ("an interval still straddles its tolerance after 5 launches, and more launches would narrow it: raise "
+            "--perf-max-repeats to let them decide it") in str(warned[0].message)
     checker, measurer = gate(tmp_path, [96.0, 91.0, 94.0, 95.0, 90.0], stored=sessions(count=3000, spread=0.002),
                              fail_unresolved=True)
     with pytest.raises(CaseFailed, match="unresolved on k"):
@@ -94,7 +95,7 @@ def test_a_verdict_more_launches_could_decide_launches_again_up_to_the_cap_then_
 
 def test_a_case_faster_than_the_machine_explains_is_stale(tmp_path):
     checker, _ = gate(tmp_path, [160.0, 161.0, 159.0], stored=sessions())
-    with pytest.warns(StaleBaselineWarning, match="once the machine's speed is weighed"):
+    with pytest.warns(StaleBaselineWarning, match="faster than .* by more than its tolerance, by the model"):
         assert checker.check().verdict == "stale"
 
 
@@ -124,4 +125,12 @@ def test_runs_that_no_longer_measure_a_metric_the_baseline_gates_fail_saying_why
     with pytest.raises(CaseFailed, match=rf"w-c-cpu: the runs measured no {METRIC}, which .*w-c-cpu.json gates: the "
                                          r"workload no longer records it, or its records changed. Where that is meant, "
                                          r"measure the baseline again: --update-baselines"):
+        checker.check()
+
+
+def test_a_gated_value_of_zero_fails_the_case_saying_to_gate_another_metric(tmp_path):
+    """The model compares logs: a share of the window that reads 0 in a launch cannot be judged, and says so."""
+    checker, _ = gate(tmp_path, [100.0, 0.0, 99.0])
+    with pytest.raises(CaseFailed, match=r"samples_per_second read 0 in a launch, and the verdict's model compares the "
+                                         r"logs of positive values: gate a metric that stays above 0"):
         checker.check()

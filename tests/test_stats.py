@@ -1,4 +1,4 @@
-"""The gate's statistics on synthetic samples with known answers."""
+"""A/B's statistics, and the noise of a baseline's runs, on synthetic samples with known answers."""
 
 import math
 import random
@@ -18,42 +18,39 @@ def test_relative_spread_is_robust_to_one_outlier():
     assert stats.relative_spread([5.0]) == 0.0
 
 
-def test_exact_mann_whitney_matches_known_values():
-    assert stats.mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
-    assert stats.mann_whitney_p([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
-    assert stats.mann_whitney_p([1, 3, 5], [2, 4, 6]) == pytest.approx(0.7)
-    assert stats.min_p_value(5, 3) == pytest.approx(2 / 56)
-
-
-def test_bootstrap_interval_brackets_the_true_shift():
-    base, cur = noisy(100, 0.02, 8, 1), noisy(90, 0.02, 8, 2)
-    low, high = stats.bootstrap_change_ci(base, cur)
-    assert low < -0.10 + 0.02 and high > -0.10 - 0.02 and high < 0
+def pairs(center, sigma, n, seed):
+    """A reference of ``n`` launches at 100 and a candidate around ``center``, each launch ``sigma`` off."""
+    return noisy(100, sigma, n, seed), noisy(center, sigma, n, seed + 1)
 
 
 def test_known_shift_is_detected():
-    comparison = stats.compare_runs(noisy(100, 0.02, 5, 1), noisy(85, 0.02, 4, 2))
+    comparison = stats.compare_pairs(*pairs(85, 0.02, 4, 1))
     decision = stats.decide(comparison, "higher", tolerance=0.05)
     assert decision.outcome == "FAIL" and "significantly worse by 1" in decision.reason
 
 
 def test_lower_is_better_metrics_regress_upwards():
-    comparison = stats.compare_runs(noisy(10, 0.02, 5, 3), noisy(12, 0.02, 4, 4))
+    comparison = stats.compare_pairs(*pairs(120, 0.02, 4, 3))
     assert stats.decide(comparison, "lower", tolerance=0.05).outcome == "FAIL"
     assert stats.decide(comparison, "higher", tolerance=0.05).outcome == "stale"
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_noise_alone_is_not_flagged(seed):
-    comparison = stats.compare_runs(noisy(100, 0.03, 5, seed), noisy(100, 0.03, 3, seed + 100))
+    comparison = stats.compare_pairs(*pairs(100, 0.02, 3, 10 * seed))
     assert stats.settle(stats.decide(comparison, "higher", tolerance=0.06)).outcome == "pass"
 
 
-def test_large_but_unproven_change_is_inconclusive_until_repeats_run_out():
-    comparison = stats.compare_runs([100.0, 80.0, 120.0], [90.0, 70.0, 110.0])
-    decision = stats.decide(comparison, "higher", tolerance=0.05)
-    assert decision.outcome == "inconclusive"
-    assert stats.settle(decision).outcome == "pass"
+def test_large_but_unproven_change_is_inconclusive_until_the_pairs_run_out_and_more_pairs_decide_it():
+    reference, candidate = [100.0] * 6, [88.0, 101.0, 92.0, 93.0, 94.0, 91.0]
+    few = stats.decide(stats.compare_pairs(reference[:2], candidate[:2]), "higher", tolerance=0.05)
+    many = stats.decide(stats.compare_pairs(reference, candidate), "higher", tolerance=0.05)
+    assert (few.outcome, stats.settle(few).outcome, many.outcome) == ("inconclusive", "pass", "FAIL")
+
+
+def test_a_faster_candidate_beyond_the_tolerance_is_stale():
+    decision = stats.decide(stats.compare_pairs(*pairs(130, 0.01, 3, 2)), "higher", tolerance=0.05)
+    assert decision.outcome == "stale" and "significantly better" in decision.reason
 
 
 def test_a_pass_that_cannot_rule_out_the_slowdown_asked_about_is_unresolved_until_its_interval_does():
@@ -81,49 +78,9 @@ def test_the_pairs_a_resolution_needs_follow_from_their_spread_and_change():
     assert stats.pairs_to_resolve(reference, [106.0, 104.0, 105.0, 106.0], "lower", 0.05) is None
 
 
-def test_more_repeats_turn_inconclusive_into_fail():
-    base = [100.0, 102.0, 98.0, 101.0, 99.0]
-    two_runs = [88.0, 101.0]  # 5.5 % worse, but the interval still reaches past no change
-    six_runs = two_runs + [92.0, 93.0, 94.0, 91.0]
-    few = stats.decide(stats.compare_runs(base, two_runs), "higher", tolerance=0.05)
-    many = stats.decide(stats.compare_runs(base, six_runs), "higher", tolerance=0.05)
-    assert (few.outcome, many.outcome) == ("inconclusive", "FAIL")
-
-
-def test_rank_test_only_counts_where_run_counts_let_it_reach_alpha():
-    two_vs_one = stats.compare_runs([100.0, 101.0], [50.0])
-    assert two_vs_one.p_floor == pytest.approx(2 / 3)
-    assert stats.decide(two_vs_one, "higher", tolerance=0.1).outcome == "FAIL"
-    overlap = stats.compare_runs([100.0, 101.0, 99.0, 100.5, 99.5], [90.0, 91.0, 99.8, 89.0])
-    assert overlap.p_floor < 0.05 and overlap.p_value > 0.05
-    assert stats.decide(overlap, "higher", tolerance=0.05).outcome == "inconclusive"
-
-
-def test_stale_baseline_is_flagged():
-    comparison = stats.compare_runs(noisy(100, 0.01, 5, 1), noisy(130, 0.01, 3, 2))
-    decision = stats.decide(comparison, "higher", tolerance=0.05)
-    assert decision.outcome == "stale" and "significantly better" in decision.reason
-
-
-def test_single_value_reference_baseline_is_exact():
-    comparison = stats.compare_runs([1260.0], [1250.0, 1255.0, 1258.0])
-    assert comparison.p_value is None
-    assert stats.decide(comparison, "lower", tolerance=0.0).outcome in {"pass", "stale"}
-    over = stats.compare_runs([1260.0], [1300.0, 1310.0, 1305.0])
-    assert stats.decide(over, "lower", tolerance=0.0).outcome == "FAIL"
-
-
 def test_noise_tolerance_has_a_floor():
     assert stats.noise_tolerance([100.0, 100.0, 100.0], floor=0.03) == 0.03
     assert stats.noise_tolerance([100.0, 104.0, 96.0], floor=0.03) == pytest.approx(1.4826 * 0.04)
-
-
-def test_median_interval_needs_enough_steps_and_shrinks_with_more():
-    assert stats.median_ci_halfwidth([1.0] * 5) is None
-    assert stats.median_ci_halfwidth([1.0] * 9) == 0.0
-    jitter = [1.0 + 0.02 * (((i * 7) % 11) - 5) / 5 for i in range(400)]
-    wide, narrow = stats.median_ci_halfwidth(jitter[:20]), stats.median_ci_halfwidth(jitter)
-    assert 0 < narrow < wide <= 0.02
 
 
 def test_disturbed_runs_are_the_far_worse_ones_only():
@@ -135,16 +92,6 @@ def test_disturbed_runs_are_the_far_worse_ones_only():
     assert stats.disturbed([100.0, 101.0, 99.0, 130.0], "higher", floor=0.06) == []  # faster is never disturbed
     assert stats.disturbed([100.0, 101.0, 99.0, 95.0], "higher", floor=0.06) == []  # within the floor
     assert stats.disturbed([100.0, 50.0], "higher", floor=0.06) == []  # two runs: no majority to judge by
-
-
-def test_a_baseline_with_disturbed_runs_would_blind_the_gate_without_leaving_them_out():
-    """What leaving disturbed runs out buys: against the contaminated baseline a 12 % slowdown (4 runs) is
-    not significant; against the same baseline without its two disturbed runs it fails."""
-    runs = [345.9, 350.5, 264.2, 344.9, 342.2, 338.1, 188.6]
-    slower = [303.1, 293.5, 319.9, 303.6]
-    clean = [v for i, v in enumerate(runs) if i not in stats.disturbed(runs, "higher", floor=0.06)]
-    assert stats.decide(stats.compare_runs(runs, slower), "higher", 0.06).outcome == "inconclusive"
-    assert stats.decide(stats.compare_runs(clean, slower), "higher", 0.06).outcome == "FAIL"
 
 
 def test_a_paired_interval_at_99_percent_is_wider_by_the_ratio_of_the_t_quantiles():
@@ -161,7 +108,6 @@ def test_paired_comparison_takes_the_geometric_mean_ratio_with_a_t_interval():
     assert comparison.change == pytest.approx((0.94 * 0.95 * 0.96) ** (1 / 3) - 1)
     # logs' sd 0.01053, t(2) = 4.303: half-width 2.62 % around -5.0 %
     assert (comparison.ci_low, comparison.ci_high) == pytest.approx((-0.0750, -0.0245), abs=5e-4)
-    assert comparison.p_value is None and comparison.p_floor == 1.0
     assert stats.decide(comparison, "higher", 0.02).outcome == "FAIL"
 
 

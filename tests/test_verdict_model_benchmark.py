@@ -43,5 +43,4 @@ def test_the_replay_prints_a_row_per_class(tmp_path, capsys):
     stored_file(tmp_path, drift=0.05)
     verdict_model.replay(tmp_path)
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| cpu-x-avx2-2c-n1")]
-    assert [row.split(" | ")[1] for row in rows] == ["model"]
-    assert rows[0].split(" | ")[2] == "10"
+    assert len(rows) == 1 and rows[0].split(" | ")[1] == "10"

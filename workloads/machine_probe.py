@@ -3,7 +3,7 @@
 Shared machines drift (other tenants, clocks, memory reclaim): a stored baseline cannot tell a slower
 build from a slower hour. Every rank times two fixed kernels at the same moment, right before the
 measured window and right after it: a matrix multiply (compute) and a large copy (memory bandwidth).
-The plugin can then gate throughput relative to the probe (``--perf-calibrate``). The kernels never
+The verdict's model weighs the session's speed by these readings (docs/gate.md). The kernels never
 change with the workload, so a regression in the workload's own code does not move the probe: they run on one
 intra-op thread whatever the workload set (a CPU matmul's rate follows its thread count, and a change that cut the
 workload's threads would otherwise slow the probe and the steps alike, and pass for a slower machine).
@@ -84,7 +84,7 @@ def _read(device: torch.device, matmul_repeats: int, copy_repeats: int) -> dict[
 def probe_all_ranks(device: torch.device) -> dict[str, list[float]]:
     """Every rank probes at once (as they train at once); returns each kernel's reading per rank.
 
-    Data-parallel steps go at the pace of the slowest rank, so the plugin calibrates with the slowest.
+    Data-parallel steps go at the pace of the slowest rank, so the plugin reads the slowest.
     """
     dist.barrier()
     reading = read_probe(device)

@@ -179,13 +179,13 @@ OPTIONS = (
            "(default: skip it with instructions to create one)"),
     Option("--perf-repeats", "repeats", "launch every case K times (whole torchrun launches) and judge the "
            "median of the runs (default: 3)", whole(1), 3, "K"),
-    Option("--perf-baseline-repeats", "baseline_repeats", "runs measured by --update-baselines, whose spread sets "
-           "a noise-derived tolerance; enough for the rank test to reach p < 0.05 against 3 runs even when one run "
-           "overlaps (default: 7)", whole(1), 7, "K"),
-    Option("--perf-max-repeats", "max_repeats", "when a verdict is inconclusive (or a CPU flavour's CPU clock "
-           "has yet to decide a wall-clock FAIL beside a neighbour), keep launching runs up to this many before "
-           "deciding (default: --perf-repeats + 1, which keeps a CPU case's verdict within a few minutes; under "
-           "--perf-against, pairs: --perf-repeats + 2)",
+    Option("--perf-baseline-repeats", "baseline_repeats", "runs measured by --update-baselines: the baseline's "
+           "launches, whose spread the verdict's model reads as the spread between launches (default: 7)",
+           whole(1), 7, "K"),
+    Option("--perf-max-repeats", "max_repeats", "while one more launch could still decide an unresolved verdict "
+           "(under --perf-against, an inconclusive one), keep launching up to this many before deciding (default: "
+           "--perf-repeats + 1, which keeps a CPU case's verdict within a few minutes; under --perf-against, pairs: "
+           "--perf-repeats + 2)",
            whole(1), None, "N"),
     Option("--perf-inject-slowdown", "inject_slowdown", "make every workload slower by this fraction of its step "
            "time (0.05 = 5 percent) to prove the gate catches it; recorded in the results, never a baseline",
@@ -242,11 +242,10 @@ OPTIONS = (
            "launches gets them only where the cases still to come fit too; a case the budget stopped is 'unresolved', "
            "saying so (a failure under --fail-unresolved), never a silent pass (default: no limit)", minutes, None,
            "MINUTES"),
-    Option("--fail-unresolved", "fail_unresolved", "fail a case left unresolved: by --perf-budget, by --perf-ab-resolve, by a "
-           "regression within how far the case moves between sessions here (--perf-history), by a machine-speed "
-           "probe that dropped as far, or by a CPU flavour's wall-clock FAIL beside a neighbour while its CPU clock did "
-           "not FAIL, or alone while it held and no history knows its spread, or by A/B pairs of a CPU flavour in "
-           "turn beside a neighbour whose turns explain the FAIL (default: warn)"),
+    Option("--fail-unresolved", "fail_unresolved", "fail a case left unresolved: an interval of the verdict's model "
+           "that still straddles the tolerance, a verdict --perf-budget cut short, --perf-ab-resolve's pairs that ran "
+           "out, or A/B pairs of a CPU flavour in turn beside a neighbour whose turns explain the FAIL (default: "
+           "warn)"),
     Option("--perf-json", "json_path", "write the session's results in pytest-benchmark's JSON format to PATH "
            "(one benchmark per case flavour, its measured steps as rounds, perfgate's verdict in extra_info), for "
            "`pytest-benchmark compare` and github-action-benchmark's \"pytest\" tool", Path, None, "PATH"),
@@ -257,12 +256,11 @@ OPTIONS = (
            "hardware class, environment, launcher, nodes, time) in a results database for `perfgate trend`: a "
            "SQLite path (e.g. results/history.db) or postgresql://USER@HOST/DB (a password there, in PGPASSWORD or "
            "~/.pgpass is used and never shown); a database that cannot be written is a warning, the verdicts stand. "
-           "Once it holds 5 sessions of a case on this hardware class, their spread judges the stored baseline too: a "
-           "change within it is unresolved, not FAIL, a session worse than those sessions beyond it fails even where "
-           "the baseline would pass it, and a pass says how large a slowdown this machine lets it catch",
+           "The verdict's model reads a case's sessions there on this hardware class since its baseline: how far it "
+           "moves between sessions and with the machine's speed (docs/gate.md)",
            database_url, None, "URL"),
-    Option("--perf-history-branch", "history_branch", "learn the spread between sessions (--perf-history) only from "
-           "the sessions recorded on branch NAME, e.g. main: a branch's own changes, passed within tolerance, are "
+    Option("--perf-history-branch", "history_branch", "read the sessions of the results history (--perf-history) "
+           "only from the sessions recorded on branch NAME, e.g. main: a branch's own changes, passed within tolerance, are "
            "not noise (default: every branch)", revision_name, None, "NAME"),
     Option("--perf-report", "report_dir", "write DIR/summary.md (the summary's tables in GitHub markdown, also appended "
            "to $GITHUB_STEP_SUMMARY when set) and PNG plots: each case's step timeline and runs against its baseline, "

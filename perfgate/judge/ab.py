@@ -6,7 +6,8 @@ launcher, or --perf-ab-duet), so that a shared host's slow spells fall on both, 
 (ABBA...: GPU flavours, the slurm and ssh launchers, --perf-ab-in-turn). The reference's runs so far stand in for a
 stored baseline, with --perf-ab-tolerance as its tolerance, and the candidate is judged pair by pair
 (stats.compare_pairs: a paired t interval of the runs' log ratios), since drift moves both runs of a
-pair alike, and decided by stats.decide; the stored baseline's model (judge/model.py) does not judge pairs. An inconclusive verdict measures another pair, up to
+pair alike, and decided by stats.decide; the stored baseline's model (judge/model.py) does not judge pairs.
+An inconclusive verdict measures another pair, up to
 --perf-max-repeats pairs (default --perf-repeats + 2), or while another pair fits in --perf-ab-budget
 seconds; under --perf-ab-resolve R so does a pass whose 99 % interval still reaches R (default cap 20 pairs).
 A planted slowdown (--perf-inject-slowdown) goes into the candidate only.
@@ -19,8 +20,9 @@ import time
 from typing import Any, Mapping, Sequence
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines, profile_diff
+from perfgate.judge import baselines, pairs, profile_diff
 from perfgate.judge.gate import Gate, UnresolvedVerdictWarning
+from perfgate.judge.pairs import MetricVerdict
 from perfgate.judge.revision import Revision
 from perfgate.launch.plan import Plan
 from perfgate.measure import metrics, stats
@@ -134,7 +136,7 @@ class ABGate(Gate):
             return self.settings.max_repeats
         return RESOLVE_PAIRS if self.settings.ab_resolve else self.settings.repeats + 2
 
-    def in_turn(self, verdicts: list[baselines.MetricVerdict], outcomes: list[str]
+    def in_turn(self, verdicts: list[MetricVerdict], outcomes: list[str]
                 ) -> tuple[list[str], list[dict[str, Any]]]:
         """Pairs of a CPU flavour in turn: a FAIL that a neighbour's turns on the cores explain, as both sides' probes
         read them, is unresolved (in_turn_beside_a_neighbour); duet pairs meet the neighbour alike."""
@@ -196,8 +198,8 @@ class ABGate(Gate):
         while True:
             current = {name: measurement.values(name) for name in baseline.metrics}
             try:
-                verdicts = baselines.judge(baseline, current, self.compare, self.resolution)
-            except baselines.BaselineError as exc:
+                verdicts = pairs.judge(baseline, current, self.compare, self.resolution)
+            except pairs.PairsError as exc:
                 raise CaseFailed(f"{plan.run.key}: {exc}") from None
             if not undecided({v.outcome for v in verdicts}) or not self.may_measure_more(measurement, cap):
                 break
@@ -212,7 +214,8 @@ class ABGate(Gate):
             result.machine_drop = turn_rows
         self.check_plant([(v.metric, v.better, v.change) for v in verdicts], measurement)
         planted = self.planted()
-        details = "\n".join([f"  {v.describe()}" for v in verdicts] + [f"  {describe_in_turn(row)}" for row in turn_rows])
+        details = "\n".join([f"  {v.describe()}" for v in verdicts]
+                            + [f"  {describe_in_turn(row)}" for row in turn_rows])
         if "FAIL" in settled:
             self.regression(baseline, measurement, f"{planted}\n{details}")
         if turn_rows:
@@ -237,7 +240,7 @@ class ABGate(Gate):
                 f"{self.what_settles_it()}"))
         return result
 
-    def unresolved(self, verdicts: list[baselines.MetricVerdict], baseline: baselines.Baseline,
+    def unresolved(self, verdicts: list[MetricVerdict], baseline: baselines.Baseline,
                    current: dict[str, list[float]], details: str) -> Result:
         """A verdict whose pairs ran out before they could rule out the slowdown --perf-ab-resolve asks about: how
         large a slowdown it could have missed, and about how many pairs would have settled it."""
@@ -287,12 +290,12 @@ class ABGate(Gate):
         self.pair_seconds.append(self.clock() - began)
 
 
-def verdict_row(verdict: baselines.MetricVerdict, outcome: str) -> dict[str, Any]:
+def verdict_row(verdict: MetricVerdict, outcome: str) -> dict[str, Any]:
     c = verdict.comparison
     return {
         "metric": verdict.metric, "unit": verdict.unit, "measured": verdict.measured,
         "baseline": verdict.baseline, "change": verdict.change, "tolerance": verdict.tolerance,
-        "ci": [c.ci_low, c.ci_high], "p_value": c.p_value, "runs": verdict.runs,
+        "ci": [c.ci_low, c.ci_high], "runs": verdict.runs,
         "reason": verdict.decision.reason, "verdict": outcome,
     }
 
@@ -306,7 +309,7 @@ def core_shortfall(medians: Mapping[str, Any]) -> float | None:
     return wall / cpu - 1.0 if wall and cpu else None
 
 
-def explained(verdict: baselines.MetricVerdict, turns: float) -> float:
+def explained(verdict: MetricVerdict, turns: float) -> float:
     """The worsening of the metric that the cores' shortfall ``turns`` and its tolerance explain together: a rate d
     slower makes a rate (higher is better) d worse and a time (lower is better) 1/(1+d) - 1 worse."""
     slower = 1.0 + turns
@@ -315,7 +318,7 @@ def explained(verdict: baselines.MetricVerdict, turns: float) -> float:
     return (1.0 + verdict.tolerance) / slower - 1.0
 
 
-def in_turn_beside_a_neighbour(verdicts: Sequence[baselines.MetricVerdict], outcomes: Sequence[str],
+def in_turn_beside_a_neighbour(verdicts: Sequence[MetricVerdict], outcomes: Sequence[str],
                                reference: float | None, candidate: float | None
                                ) -> tuple[list[str], list[dict[str, Any]]]:
     """An A/B FAIL of a CPU flavour whose pairs ran one launch after the other while a neighbour took turns on the

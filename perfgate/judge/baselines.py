@@ -20,7 +20,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol
 
 from perfgate.judge import profile_diff
 from perfgate.launch.hardware import vector_tier, without_vector_tier
@@ -116,37 +116,6 @@ def named_before_the_tier(path: Path) -> Path | None:
     """The file a CPU baseline had before the hardware class named the vector extensions, where one is there."""
     older = path.parent.parent / without_vector_tier(path.parent.name) / path.name
     return older if older != path and older.is_file() else None
-
-
-@dataclass(frozen=True)
-class MetricVerdict:
-    """One metric of the current runs judged against its baseline's runs."""
-
-    metric: str
-    better: str
-    unit: str
-    tolerance: float
-    baseline: float
-    measured: float
-    runs: int
-    comparison: stats.Comparison
-    decision: stats.Decision
-
-    @property
-    def change(self) -> float:
-        """Relative change of the medians: +0.05 means 5 % above the baseline."""
-        return self.comparison.change
-
-    @property
-    def outcome(self) -> str:
-        return self.decision.outcome
-
-    def describe(self) -> str:
-        return (
-            f"{self.metric} ({self.better} is better): measured {self.measured:.6g} {self.unit} "
-            f"(median of {self.runs} run{'s' if self.runs != 1 else ''}) vs baseline {self.baseline:.6g} {self.unit}: "
-            f"{self.change:+.1%} (tolerance {self.tolerance:.1%}); {self.decision.reason}"
-        )
 
 
 def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -286,25 +255,6 @@ def write_json(path: Path, document: Mapping[str, Any]) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def judge(baseline: Baseline, current: Mapping[str, Sequence[float]],
-          compare: Callable[[Sequence[float], Sequence[float]], stats.Comparison] = stats.compare_runs,
-          resolve: float | None = None) -> list[MetricVerdict]:
-    """Judges every metric the baseline gates from the current runs' values of it (``compare``: the baseline's
-    runs and the current ones as independent samples, or as pairs under A/B; ``resolve``: see stats.decide)."""
-    verdicts = []
-    for name, ref in baseline.metrics.items():
-        values = [v for v in current.get(name, ()) if v is not None]
-        if not values:
-            raise BaselineError(f"baseline of {baseline.case} gates {name!r}, which this run did not measure")
-        comparison = compare(ref.samples, values)
-        verdicts.append(MetricVerdict(
-            metric=name, better=ref.better, unit=ref.unit, tolerance=ref.tolerance,
-            baseline=stats.median(ref.samples), measured=stats.median(values), runs=len(values),
-            comparison=comparison, decision=stats.decide(comparison, ref.better, ref.tolerance, resolve=resolve),
-        ))
-    return verdicts
 
 
 class Reference(Protocol):

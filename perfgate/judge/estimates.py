@@ -12,6 +12,7 @@ from perfgate.launch.plan import Plan
 from perfgate.measure import metrics
 from perfgate.measure.measurer import Measurement
 from perfgate.measure.metrics import METRICS
+from perfgate.outcome import CaseFailed
 
 
 def effects(plan: Plan, baseline: Baseline, measurement: Measurement, stored: Sequence[StoredSession],
@@ -26,8 +27,12 @@ def effects(plan: Plan, baseline: Baseline, measurement: Measurement, stored: Se
         weighed = weigh_machine and metrics.moves_with_machine(metric)
 
         def readings(source: dict[str, Any]) -> dict[str, Any]:
-            return {name: source.get(name) for name in model.PROBES} if weighed else {}
+            return {name: source.get(name) for name in metrics.PROBES} if weighed else {}
 
+        if any(value <= 0 for value in measurement.values(metric)):
+            raise CaseFailed(f"{plan.run.key}: {metric} read {min(measurement.values(metric)):g} in a launch, and the "
+                             "verdict's model compares the logs of positive values: gate a metric that stays above "
+                             "0 (Flavour(gated=...)), as a share of the window can reach 0")
         own = model.session_of(list(reference.samples), info.better, readings(then))
         this = model.session_of(measurement.values(metric), info.better, readings(now))
         others = [model.stored_session(session.medians[metric], info.better,
@@ -39,14 +44,20 @@ def effects(plan: Plan, baseline: Baseline, measurement: Measurement, stored: Se
     return found
 
 
+def change(metric: str, baseline: Baseline, measurement: Measurement) -> float:
+    """The measured median against the baseline's value, as a relative change of the value (+0.05: 5 % higher)."""
+    return measurement.medians()[metric] / baseline.metrics[metric].value - 1
+
+
 def row(metric: str, unit: str, effect: model.Effect, baseline: Baseline, measurement: Measurement
         ) -> dict[str, Any]:
-    """The record's row of one metric: what was measured, the effect with its interval and what it rests on."""
+    """The record's row of one metric: what was measured against the baseline, the model's effect (as a change of
+    the value) with its interval, and what it rests on."""
     reference = baseline.metrics[metric]
-    change, interval = effect.as_change(reference.better)
+    estimated, interval = effect.as_change(reference.better)
     return {"metric": metric, "unit": unit, "measured": measurement.medians()[metric],
-            "baseline": reference.value, "change": change, "tolerance": effect.tolerance,
-            "ci": list(interval), "runs": effect.launches, "verdict": effect.verdict,
+            "baseline": reference.value, "change": change(metric, baseline, measurement), "effect": estimated,
+            "tolerance": effect.tolerance, "ci": list(interval), "runs": effect.launches, "verdict": effect.verdict,
             "against_baseline": effect.verdict, "run_values": measurement.values(metric),
             "baseline_runs": list(reference.samples), "catchable": effect.catchable, "basis": effect.basis,
             "covariates": list(effect.covariates), "slopes": list(effect.slopes),

@@ -14,10 +14,10 @@ paired comparison (judge/ab.py), which overrides ``judge``. --update-baselines m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from perfgate.config.settings import Settings
-from perfgate.judge import baselines, estimates, plant, profile_diff
+from perfgate.judge import baselines, estimates, model, plant, profile_diff
 from perfgate.judge.baseline_update import BaselineUpdate
 from perfgate.judge.baselines import Reference, StoredSession
 from perfgate.judge.gated import GatedMetrics
@@ -132,8 +132,8 @@ class Gate:
         unmeasured = [name for name in baseline.metrics if not measurement.values(name)]
         if unmeasured:
             raise CaseFailed(f"{plan.run.key}: the runs measured no {', '.join(unmeasured)}, which "
-                             f"{self.reference.where} gates: the workload no longer records it, or its records changed. "
-                             "Where that is meant, measure the baseline again: --update-baselines")
+                             f"{self.reference.where} gates: the workload no longer records it, or its records "
+                             "changed. Where that is meant, measure the baseline again: --update-baselines")
         stored = estimates.sessions_of(baseline, self.history_sessions(baseline))
         while True:
             effects = estimates.effects(plan, baseline, measurement, stored, self.settings.verdict == "model")
@@ -148,23 +148,22 @@ class Gate:
                           for metric, row in zip(effects, result.metrics)], measurement)
         verdicts = [effect.verdict for effect in effects.values()]
         planted = self.planted()
-        lines = "\n".join(f"  {metric}: {effect.describe(baseline.metrics[metric].better)}"
+        lines = "\n".join(f"  {metric}: {effect.describe(estimates.change(metric, baseline, measurement))}"
                            for metric, effect in effects.items())
         if "FAIL" in verdicts:
             self.regression(baseline, measurement, f"{planted}\n{lines}")
-        if self.budget is not None and self.budget.stopped and "stale" not in verdicts:
+        stopped = self.budget is not None and self.budget.stopped
+        if stopped and ("unresolved" in verdicts or "stale" not in verdicts):
             return self.out_of_budget(f"{planted}\n{lines}")
         if "unresolved" in verdicts:
             result.conclude("unresolved")
-            why = ("more launches would narrow it: they would decide it (--perf-max-repeats)"
-                   if any(not effect.undecidable for effect in effects.values() if effect.verdict == "unresolved")
-                   else "the spread between sessions here keeps it so however many launches run")
             return self.say_unresolved(UnresolvedVerdictWarning(
                 f"{plan.run.key}: unresolved on {plan.hardware_class}{planted}: an interval still straddles its "
-                f"tolerance after {len(measurement.runs)} launches, and {why}\n{lines}\n{self.instead()}"))
+                f"tolerance after {len(measurement.runs)} launches, and {why_open(effects.values())}\n{lines}\n"
+                f"{self.instead()}"))
         if "stale" in verdicts:
-            return self.say_stale(f"{planted}: faster than {self.reference.where} by more than its tolerance, once "
-                                  f"the machine's speed is weighed\n{lines}")
+            return self.say_stale(f"{planted}: faster than {self.reference.where} by more than its tolerance, by the "
+                                  f"model\n{lines}")
         result.conclude("pass")
         return result
 
@@ -273,3 +272,15 @@ def ab_instead(test_id: str) -> str:
     """The command that judges a smaller change on this machine: both sides in one job, measured at once."""
     return (f"to judge a smaller change here, A/B it in one job: pytest '{test_id}' --perf-against REF (a CPU flavour "
             "on the local launcher measures both sides at once: docs/ab.md)")
+
+
+def why_open(effects: Iterable[model.Effect]) -> str:
+    """Why an unresolved verdict stayed so: the cap stopped launches that would still narrow it, one more launch
+    would narrow it too little to be worth its cost (model.MIN_GAIN), or no number of launches could."""
+    still_open = [effect for effect in effects if effect.verdict == "unresolved"]
+    if any(effect.another_launch_pays() for effect in still_open):
+        return "more launches would narrow it: raise --perf-max-repeats to let them decide it"
+    if all(effect.undecidable for effect in still_open):
+        return "the spread between sessions here keeps it so however many launches run"
+    return (f"one more launch would take less than {model.MIN_GAIN:.0%} off its standard error, as the spread between "
+            "sessions here outweighs the launches'")

@@ -30,9 +30,9 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from perfgate.measure.metrics import PROBES
+from perfgate.measure.metrics import MACHINE_PROBES, MATMUL_PROBE
 
-WALL_MATMUL = "probe_matmul_gflops"
+WALL_MATMUL = MATMUL_PROBE
 NEIGHBOUR_TURNS = "neighbour_turns"
 """The matmul probe's wall time over its CPU time: how much of the cores a neighbour took while it ran."""
 COVARIATES = {"wall": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps", NEIGHBOUR_TURNS),
@@ -40,11 +40,11 @@ COVARIATES = {"wall": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps", NEIGHBO
 """Which readings move a metric of each clock, where every session has them. Sessions stored before the CPU-time
 readings were kept have the wall-clock matmul alone, which then stands in for all of them (FALLBACK)."""
 FALLBACK = (WALL_MATMUL,)
-CPU_MATMUL = "probe_matmul_cpu_gflops"
+CPU_MATMUL = MACHINE_PROBES["cpu"][0]
 NOMINAL_LAUNCHES = 3
+"""The launches behind a stored session's median, which the file does not record (make perf's default)."""
 PRIOR_DOF = 8
 """How many sessions' degrees of freedom the prior's tau counts for beside a case's own sessions."""
-"""The launches behind a stored session's median, which the file does not record (make perf's default)."""
 POWER = 0.9
 """The chance with which the stated figure is caught."""
 MIN_GAIN = 0.03
@@ -196,7 +196,8 @@ class Effect:
     estimate: float
     se: float
     quantile: float
-    """Each side's distance in standard errors, at alpha / m (Student's t, or the normal's under the prior)."""
+    """Each side's distance in standard errors, at alpha / m: Student's t with the degrees of freedom of the
+    sessions and the prior's PRIOR_DOF."""
     tolerance: float
     """The effect size that matters, as a relative change."""
     components: Components
@@ -267,13 +268,14 @@ class Effect:
         return math.sqrt(c.between_sessions + self.prediction_var + c.between_launches / n
                          + c.between_windows / (n * w))
 
-    def describe(self, better: str) -> str:
-        """The value's change against the baseline's, then the effect as time: a rate 30 % lower takes 42.9 % longer,
-        as a planted slowdown of 42.9 % makes it."""
+    def describe(self, change: float) -> str:
+        """``change``, the measured value's against the baseline's, then the model's effect as time, which weighs
+        the sessions and the machine's readings: a rate 30 % lower takes 42.9 % longer, as a planted slowdown of
+        42.9 % makes it."""
         low, high = self.interval
-        change, _ = self.as_change(better)
-        return (f"{change:+.1%} against the baseline, {self.worse:+.1%} slower once the machine is weighed (interval "
-                f"{low:+.1%} to {high:+.1%}, tolerance {self.tolerance:.1%}; from {self.basis}; catches "
+        weighed = f"; weighs {', '.join(self.covariates)}" if self.covariates else ""
+        return (f"{change:+.1%} against the baseline, {self.worse:+.1%} slower by the model (interval {low:+.1%} to "
+                f"{high:+.1%}, tolerance {self.tolerance:.1%}; from {self.basis}{weighed}; catches "
                 f"{self.catchable:.0%})")
 
 

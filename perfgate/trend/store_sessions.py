@@ -21,11 +21,11 @@ import datetime
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from perfgate.judge import baselines, model
 from perfgate.judge.baselines import Baseline, StoredSession
-from perfgate.measure.metrics import METRICS
+from perfgate.measure.metrics import METRICS, PROBES, moves_with_machine
 from perfgate.report.terminal import table
 from perfgate.trend.command import add_history_option
 from perfgate.trend.database import DatabaseError, ResultsDatabase
@@ -156,23 +156,28 @@ def listed(baseline: Baseline, sessions: Sequence[tuple[StoredSession, str]]) ->
 
 def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[str, ...]]:
     """What the stored sessions tell the verdict's model, per metric: the newest session judged against the baseline
-    and the others, as the gate would judge one like it (model.estimate), with the between-session spread, the
-    slopes on the machine-speed probe it fitted or took from the prior, and the slowdown such a session catches."""
+    and the others (model.estimate), with the between-session spread, the slopes on the machine-speed readings it
+    fitted or took from the prior, and the slowdown a session like it catches. Against the file's stored tolerance,
+    since the flavour's, which the gate takes, is not in the file; a class whose name starts ``cpu-`` takes a CPU
+    flavour's prior, any other a GPU one's."""
     rows, measured = [], baseline.provenance.get("measured", {})
+    kind = "cpu" if baseline.hardware_class.startswith("cpu-") else "gpu"
     for metric, reference in baseline.metrics.items():
         found = [session for session in sessions if metric in session.medians]
         if not found:
             continue
-        info, newest = METRICS[metric], found[-1]
+        info, newest, weighed = METRICS[metric], found[-1], moves_with_machine(metric)
+
+        def readings(source: dict[str, Any]) -> dict[str, Any]:
+            return {name: source.get(name) for name in PROBES} if weighed else {}
 
         def stored(session: StoredSession) -> model.Session:
-            return model.stored_session(session.medians[metric], info.better,
-                                        dict(session.probes) or {model.WALL_MATMUL: session.probe})
+            probes = dict(session.probes) or {model.WALL_MATMUL: session.probe}
+            return model.stored_session(session.medians[metric], info.better, readings(probes))
 
-        own = model.session_of(list(reference.samples), info.better, {k: measured.get(k) for k in model.PROBES})
+        own = model.session_of(list(reference.samples), info.better, readings(measured))
         effect = model.estimate(stored(newest), own, [stored(session) for session in found[:-1]], clock=info.clock,
-                                kind="cpu" if baseline.hardware_class.startswith("cpu-") else "gpu",
-                                tolerance=reference.tolerance, metrics=len(baseline.metrics))
+                                kind=kind, tolerance=reference.tolerance, metrics=len(baseline.metrics))
         centre = sorted(session.medians[metric] for session in found)[len(found) // 2]
         slopes = ", ".join(f"{name} {slope:+.2f}" for name, slope in zip(effect.covariates, effect.slopes)) or "none"
         rows.append((baseline.case, baseline.hardware_class, metric, str(len(found)),
