@@ -8,8 +8,9 @@ figure FAILed.
     python benchmarks/live_summary.py results/live --rejudge baselines
 
 judges every kept session again with the model of this checkout (its priors, say), against the baseline file and the
-case's other unchanged sessions (all of them but the one judged: a replay, which knows the sessions after it too),
-from the launches each recorded; the table is then the one above, for that judge.
+case's other unchanged sessions (all of them but the one judged: a replay, which knows the sessions after it too;
+with ``--before-only``, those before it alone, as the live gate knew them), from the launches each recorded; the table
+is then the one above, for that judge.
 
 It also keeps each session's records for the script (``--keep``, ``--newest-record``)."""
 
@@ -68,8 +69,9 @@ def probes_of(record: dict) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in found.items()}
 
 
-def rejudged(sessions: list[dict], baseline_dir: Path) -> list[dict]:
-    """The sessions, each case's record judged again by the model (leave one out among the unchanged sessions)."""
+def rejudged(sessions: list[dict], baseline_dir: Path, before_only: bool = False) -> list[dict]:
+    """The sessions, each case's record judged again by the model (leave one out among the unchanged sessions, or
+    ``before_only``: the unchanged sessions before it)."""
     again = []
     for index, session in enumerate(sessions):
         cases = {}
@@ -78,7 +80,8 @@ def rejudged(sessions: list[dict], baseline_dir: Path) -> list[dict]:
             if baseline is None or not record.get("per_run"):
                 continue
             others = [other["cases"][case] for number, other in enumerate(sessions)
-                      if number != index and not other["plant"] and case in other["cases"]]
+                      if (number < index if before_only else number != index) and not other["plant"]
+                      and case in other["cases"]]
             measured = baseline.provenance.get("measured", {})
             rows = []
             for metric, reference in baseline.metrics.items():
@@ -137,6 +140,8 @@ def main() -> int:
     parser.add_argument("--started", default="")
     parser.add_argument("--plant", type=float, default=0.0)
     parser.add_argument("--load", default="quiet")
+    parser.add_argument("--before-only", action="store_true",
+                        help="with --rejudge, judge each session by the unchanged sessions before it alone")
     parser.add_argument("--rejudge", type=Path, metavar="BASELINE_DIR",
                         help="judge the sessions again with this checkout's model against these baselines")
     args = parser.parse_args()
@@ -147,7 +152,7 @@ def main() -> int:
         keep(args)
     else:
         sessions = [json.loads(path.read_text()) for path in sorted(args.path.glob("*.json"))]
-        print(summarise(rejudged(sessions, args.rejudge) if args.rejudge else sessions))
+        print(summarise(rejudged(sessions, args.rejudge, args.before_only) if args.rejudge else sessions))
     return 0
 
 

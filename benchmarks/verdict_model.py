@@ -3,6 +3,7 @@ in turn, unchanged and with a slowdown of 5, 10 and 20 % added to it; or (--prio
 
     python benchmarks/verdict_model.py
     python benchmarks/verdict_model.py --priors
+    python benchmarks/verdict_model.py --population --baseline-dir benchmarks/sessions
 
 A session stored in a baseline file is its gated metrics' medians and its probe readings, not its launches: it is
 replayed as NOMINAL_LAUNCHES launches at its median, whose spread the baseline's launches give. Each is judged
@@ -176,12 +177,44 @@ def pooled_priors(baseline_dir: Path) -> None:
               "case metrics, on the CPU-time matmul and the neighbour's turns")
 
 
+def population_priors(baseline_dir: Path) -> None:
+    """Per clock, the slopes a case with no sessions of its own should expect: each case file's own least-squares fit
+    on the CPU-time matmul and the neighbour's turns (its sessions, logs against its baseline), then the mean of those
+    slopes over the case files of every class, and their spread (the standard deviation over the cases, which holds
+    how cases and classes differ: a case's ranks and workers against its cores move it with a neighbour more or less),
+    and tau as the root mean square of the files' residual spreads less their launches' noise."""
+    slopes: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    residuals: dict[str, list[float]] = defaultdict(list)
+    for baseline in files(baseline_dir):
+        for metric in baseline.metrics:
+            own, stored = sessions(baseline, metric)
+            everyone = [own, *stored]
+            if len(everyone) < 5 or not all(model.has_turns(session) for session in everyone):
+                continue
+            names = ("probe_matmul_cpu_gflops", model.NEIGHBOUR_TURNS)
+            x = model.design(everyone, own, names)
+            y = np.array([session.level for session in everyone])
+            fitted, _, _, _ = np.linalg.lstsq(x, y, rcond=None)
+            clock = METRICS[metric].clock
+            slopes[clock].append((float(fitted[1]), float(fitted[2])))
+            noise = model.within_session([own])[0] / model.NOMINAL_LAUNCHES
+            residuals[clock].append(max(0.0, float(np.sum((y - x @ fitted) ** 2)) / (len(y) - 3) - noise))
+    for clock, found in sorted(slopes.items()):
+        matmul, turns = zip(*found)
+        tau = math.sqrt(statistics.fmean(residuals[clock]))
+        print(f'("cpu", "{clock}"): Prior(tau={tau:.3f}, slope={statistics.fmean(matmul):.2f}, '
+              f"slope_sd={statistics.stdev(matmul):.2f}, turns_slope={statistics.fmean(turns):.2f}, "
+              f"turns_slope_sd={statistics.stdev(turns):.2f}),  # {len(found)} case files, each fitted on its own")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline-dir", type=Path, default=REPO / "baselines")
     parser.add_argument("--priors", action="store_true", help="print the CPU priors fitted from the stored sessions")
+    parser.add_argument("--population", action="store_true",
+                        help="print the CPU priors from each case file's own slopes, their mean and spread")
     args = parser.parse_args()
-    (priors if args.priors else replay)(args.baseline_dir)
+    (population_priors if args.population else priors if args.priors else replay)(args.baseline_dir)
     return 0
 
 

@@ -68,25 +68,31 @@ class Prior:
 
 
 PRIORS = {
-    ("cpu", "wall"): (Prior(tau=0.051, on=CPU_MATMUL, slope=-0.83, slope_sd=0.11,
-                            turns_slope=0.45, turns_slope_sd=0.25),
+    ("cpu", "wall"): (Prior(tau=0.064, on=CPU_MATMUL, slope=-0.82, slope_sd=0.42,
+                            turns_slope=0.77, turns_slope_sd=0.35),
                       Prior(tau=0.056, on=WALL_MATMUL, slope=-0.68, slope_sd=0.12)),
-    ("cpu", "cpu"): (Prior(tau=0.042, on=CPU_MATMUL, slope=-0.79, slope_sd=0.10, turns_slope=0.0, turns_slope_sd=0.03),
+    ("cpu", "cpu"): (Prior(tau=0.038, on=CPU_MATMUL, slope=-1.02, slope_sd=0.33,
+                           turns_slope=-0.03, turns_slope_sd=0.08),
                      Prior(tau=0.071, on=WALL_MATMUL, slope=-0.11, slope_sd=0.15)),
     ("gpu", "wall"): (Prior(tau=0.010, on=WALL_MATMUL, slope=0.0, slope_sd=0.05),),
     ("gpu", "cpu"): (Prior(tau=0.030, on=WALL_MATMUL, slope=0.0, slope_sd=0.25),),
 }
 """Each flavour's priors, the first whose reading both sessions have. On the CPU-time matmul and the neighbour's turns:
-fitted by ``python benchmarks/verdict_model.py --priors --baseline-dir benchmarks/sessions`` on the sessions kept
-there with AMD EPYC family 25 model 17 avx512bf16 baselines (63 sessions of 7 cases: the baseline's and 8 unchanged
-ones, quiet and beside two busy processes, 2026-12-07 12:45-17:15, a span of 4 hours), each case at its own level.
-Both clocks move with the machine: a CPU time per sample rises as a slower host's cores take longer (-0.79 per log of
-the matmul's rate), which the wall-clock matmul, which the neighbour's turns also move, had hidden (-0.11 fitted on
-it). The CPU clock does not move with the neighbour's turns (0.00 +- 0.03); the wall clock's fastest step moved 0.58
-+- 0.03 with two busy processes, which never yield, but 0.19 with another test's launches, which come and go (a
-baseline measured beside them, its turns 2.0, and a quiet session 14 % faster): the prior takes that range, 0.45 +-
-0.25. On the wall-clock matmul alone (sessions stored before every reading was kept): fitted on the 21 case files of
-three classes, 2026-12-07. A GPU flavour's spread is tight by assumption until GPU sessions are stored (issue 71)."""
+what a case with no sessions of its own should expect, from each case file's own fit (``python
+benchmarks/verdict_model.py --population --baseline-dir benchmarks/sessions``): the mean of the 14 case files'
+slopes, 7 cases on each of two classes (AMD EPYC family 25 model 17 avx512bf16, 9 sessions a case over 4 hours; Intel
+Xeon family 6 model 167 with AMX, 5 a case over 50 minutes; quiet and beside two busy processes,
+2026-12-07), and their spread over the cases as the slopes' uncertainty. That spread is the term a pooled fit of one
+class left out: how a case's wall clock moves with a neighbour's turns depends on its ranks and workers against the
+cores, and on the class (0.41-0.70 on the AMD class, 0.70-1.26 on the Intel one), where the AMD class's pooled fit
+alone (0.58 +- 0.03, the standard error of one common slope) had FAILed two unchanged Intel sessions beside two busy
+processes (docs/measurements.md, 2026-12-07 19:27-20:19). It depends on the neighbour too: beside another test's
+launches, which come and go, the AMD class's fastest step moved 0.19, so the turns' slope takes 0.35, not the
+cases' 0.25. A CPU time per sample rises as a slower host's cores take
+longer (-1.02 per log of the matmul's rate), which the wall-clock matmul, which the neighbour's turns also move, had
+hidden (-0.11 fitted on it), and hardly moves with the turns (-0.03). On the wall-clock matmul alone (sessions stored
+before every reading was kept): fitted on the 21 case files of three classes, 2026-12-07. A GPU flavour's spread is
+tight by assumption until GPU sessions are stored (issue 71)."""
 
 
 @dataclass(frozen=True)
