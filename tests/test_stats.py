@@ -83,6 +83,14 @@ def test_noise_tolerance_has_a_floor():
     assert stats.noise_tolerance([100.0, 104.0, 96.0], floor=0.03) == pytest.approx(1.4826 * 0.04)
 
 
+def test_median_interval_needs_enough_steps_and_shrinks_with_more():
+    assert stats.median_ci_halfwidth([1.0] * 5) is None
+    assert stats.median_ci_halfwidth([1.0] * 9) == 0.0
+    jitter = [1.0 + 0.02 * (((i * 7) % 11) - 5) / 5 for i in range(400)]
+    wide, narrow = stats.median_ci_halfwidth(jitter[:20]), stats.median_ci_halfwidth(jitter)
+    assert 0 < narrow < wide <= 0.02
+
+
 def test_disturbed_runs_are_the_far_worse_ones_only():
     # a real baseline whose two runs fell in slow spells of a shared VM
     # (docs/measurements.md#why-the-rules-are-what-they-are)

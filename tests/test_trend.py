@@ -500,8 +500,8 @@ def test_a_stored_baseline_is_judged_with_the_sessions_the_history_holds_and_the
     slower = repo.runpytest_subprocess(*judged, timeout=300)
     slower.assert_outcomes(failed=1)
     slower.stdout.fnmatch_lines(["sleeper-sleep-cpu: performance regression on hw",
-                                 "  fastest_step_samples_per_second: -4?.?% against the baseline*from 7 sessions; "
-                                 "catches*"])
+                                 "  fastest_step_samples_per_second: -50.0% against the baseline, +9?.?% slower by the "
+                                 "model*from 7 sessions; catches*"])
 
 
 @pytest.mark.launches

@@ -219,11 +219,10 @@ class ABGate(Gate):
         if "FAIL" in settled:
             self.regression(baseline, measurement, f"{planted}\n{details}")
         if turn_rows:
-            result.conclude("unresolved")
-            return self.say_unresolved(UnresolvedVerdictWarning(
+            return self.left_unresolved(
                 f"{plan.run.key}: unresolved on {plan.hardware_class}: worse than the reference, but its pairs ran one "
                 f"launch after the other while a neighbour took turns on the cores{planted}\n{details}\n"
-                f"{self.instead()}"))
+                f"{self.instead()}")
         if "stale" in settled:
             return self.say_stale(f"{planted}: significantly faster than {self.reference.where} allows\n{details}")
         if "unresolved" in settled:

@@ -156,11 +156,10 @@ class Gate:
         if stopped and ("unresolved" in verdicts or "stale" not in verdicts):
             return self.out_of_budget(f"{planted}\n{lines}")
         if "unresolved" in verdicts:
-            result.conclude("unresolved")
-            return self.say_unresolved(UnresolvedVerdictWarning(
+            return self.left_unresolved(
                 f"{plan.run.key}: unresolved on {plan.hardware_class}{planted}: an interval still straddles its "
                 f"tolerance after {len(measurement.runs)} launches, and {why_open(effects.values())}\n{lines}\n"
-                f"{self.instead()}"))
+                f"{self.instead()}")
         if "stale" in verdicts:
             return self.say_stale(f"{planted}: faster than {self.reference.where} by more than its tolerance, by the "
                                   f"model\n{lines}")
@@ -213,6 +212,11 @@ class Gate:
             raise CaseFailed(message)
         self.result.warn(StaleBaselineWarning(message))
         return self.result
+
+    def left_unresolved(self, message: str) -> Result:
+        """An unresolved verdict: neither a FAIL nor a pass, said as ``message``."""
+        self.result.conclude("unresolved")
+        return self.say_unresolved(UnresolvedVerdictWarning(message))
 
     def say_unresolved(self, warning: Warning) -> Result:
         """An unresolved verdict's message: a failure under --fail-unresolved, else a warning the record keeps."""

@@ -41,6 +41,22 @@ def relative_spread(values: Sequence[float]) -> float:
     return MAD_TO_SIGMA * mad / abs(center) if center else 0.0
 
 
+def median_ci_halfwidth(values: Sequence[float], z: float = 1.96) -> float | None:
+    """Relative half-width of a distribution-free ~95 % interval of the median (order statistics).
+
+    For n sorted values the interval is [x_j, x_k] with j, k = n/2 -+ z sqrt(n)/2; None while n is too
+    small for such an interval to exist.
+    """
+    n = len(values)
+    low = math.floor(n / 2 - z * math.sqrt(n) / 2)
+    high = math.ceil(n / 2 + z * math.sqrt(n) / 2)
+    if low < 1 or high > n:
+        return None
+    ordered = sorted(values)
+    center = median(ordered)
+    return (ordered[high - 1] - ordered[low - 1]) / 2 / center if center else None
+
+
 @dataclass(frozen=True)
 class Comparison:
     """The candidate's runs against the reference's. ``change`` > 0 means the value went up."""
