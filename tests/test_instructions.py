@@ -141,7 +141,11 @@ def test_the_recorder_writes_each_steps_count_and_the_metric_is_per_sample_of_on
     recorder.close()
     records = read_records(tmp_path / "steps.jsonl")
     counts = [s.instructions / 1e9 for s in records.steps]
-    assert counts == [pytest.approx(0.02 * (step + 1), abs=0.005) for step in range(4)]
+    # Each step's count holds its spin and the recorder's own bookkeeping around it (a record written, a counter
+    # opened and closed): never less than the spin, and less than the shortest spin on top of it. A fixed 5 ms for
+    # that bookkeeping held on a quiet VM and not beside make test's other worker (5.4 ms on the Intel 2-core VM).
+    overheads = [count - 0.02 * (step + 1) for step, count in enumerate(counts)]
+    assert all(-0.001 < overhead < 0.02 for overhead in overheads), counts
     # 2 ranks share a step's 8 samples: rank 0 trained 4 per step, 8 in the 2-step window
     assert compute(records, warmup=2).instructions_per_sample == pytest.approx(sum(counts[2:]) * 1e9 / 8)
     assert records.start["instruction_clock"] == "the task clock, for the test"
