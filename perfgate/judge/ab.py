@@ -338,7 +338,7 @@ def in_turn_beside_a_neighbour(verdicts: Sequence[MetricVerdict], outcomes: Sequ
     fails = [index for index, outcome in enumerate(settled) if outcome == "FAIL"]
     for index in fails:
         verdict = verdicts[index]
-        worse = -verdict.change if verdict.better == "higher" else verdict.change
+        worse, _, _ = verdict.comparison.worse(verdict.better)
         if not (turns < -verdict.tolerance and metrics.moves_with_machine(verdict.metric)
                 and worse <= explained(verdict, turns)):
             return settled, []

@@ -4,7 +4,7 @@ moves with, and the record's row of its estimate."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from perfgate.judge import model
 from perfgate.judge.baselines import Baseline, StoredSession
@@ -17,31 +17,40 @@ from perfgate.outcome import CaseFailed
 
 def effects(plan: Plan, baseline: Baseline, measurement: Measurement, stored: Sequence[StoredSession],
             weigh_machine: bool = True) -> dict[str, model.Effect]:
-    """Each gated metric's effect, from the launches so far. A metric the machine's speed does not move (memory,
-    FLOPs, instructions, a share), and every metric where ``weigh_machine`` is off (--perf-verdict as-measured), is
-    read without the probe."""
+    """Each gated metric's effect, from the launches so far, with the readings that weigh it (``readings``)."""
     then, now, kind = baseline.provenance.get("measured", {}), measurement.medians(), plan.run.kind
     found = {}
     for metric, reference in baseline.metrics.items():
         info = METRICS[metric]
-        weighed = weigh_machine and metrics.moves_with_machine(metric)
-
-        def readings(source: dict[str, Any]) -> dict[str, Any]:
-            return {name: source.get(name) for name in metrics.PROBES} if weighed else {}
-
         if any(value <= 0 for value in measurement.values(metric)):
             raise CaseFailed(f"{plan.run.key}: {metric} read {min(measurement.values(metric)):g} in a launch, and the "
                              "verdict's model compares the logs of positive values: gate a metric that stays above "
                              "0 (Flavour(gated=...)), as a share of the window can reach 0")
-        own = model.session_of(list(reference.samples), info.better, readings(then))
-        this = model.session_of(measurement.values(metric), info.better, readings(now))
-        others = [model.stored_session(session.medians[metric], info.better,
-                                       readings(dict(session.probes) or {model.WALL_MATMUL: session.probe}))
-                  for session in stored if metric in session.medians]
+        own = model.session_of(list(reference.samples), info.better, readings(metric, then, weigh_machine))
+        this = model.session_of(measurement.values(metric), info.better, readings(metric, now, weigh_machine))
+        others = stored_sessions(metric, stored, weigh_machine)
         found[metric] = model.estimate(this, own, others, clock=info.clock, kind=kind,
                                        tolerance=plan.run.flavour.least_tolerance(info.clock, kind),
                                        metrics=len(baseline.metrics))
     return found
+
+
+def readings(metric: str, source: Mapping[str, Any], weigh_machine: bool = True) -> dict[str, Any]:
+    """The machine-speed readings in ``source`` that weigh ``metric``: none for a metric the machine's speed does not
+    move (memory, FLOPs, instructions, a share), or where ``weigh_machine`` is off (--perf-verdict as-measured)."""
+    if not weigh_machine or not metrics.moves_with_machine(metric):
+        return {}
+    return {name: source.get(name) for name in metrics.PROBES}
+
+
+def stored_sessions(metric: str, stored: Sequence[StoredSession], weigh_machine: bool = True) -> list[model.Session]:
+    """The stored sessions that measured ``metric``, as the model reads them: each its median, with every probe
+    reading it kept (the wall-clock matmul alone, for a session stored before they all were)."""
+    better = METRICS[metric].better
+    return [model.stored_session(session.medians[metric], better,
+                                 readings(metric, dict(session.probes) or {model.WALL_MATMUL: session.probe},
+                                          weigh_machine))
+            for session in stored if metric in session.medians]
 
 
 def change(metric: str, baseline: Baseline, measurement: Measurement) -> float:

@@ -21,11 +21,11 @@ import datetime
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from perfgate.judge import baselines, model
+from perfgate.judge import baselines, estimates, model
 from perfgate.judge.baselines import Baseline, StoredSession
-from perfgate.measure.metrics import METRICS, PROBES, moves_with_machine
+from perfgate.measure.metrics import METRICS
 from perfgate.report.terminal import table
 from perfgate.trend.command import add_history_option
 from perfgate.trend.database import DatabaseError, ResultsDatabase
@@ -166,18 +166,11 @@ def spread(baseline: Baseline, sessions: Sequence[StoredSession]) -> list[tuple[
         found = [session for session in sessions if metric in session.medians]
         if not found:
             continue
-        info, newest, weighed = METRICS[metric], found[-1], moves_with_machine(metric)
-
-        def readings(source: dict[str, Any]) -> dict[str, Any]:
-            return {name: source.get(name) for name in PROBES} if weighed else {}
-
-        def stored(session: StoredSession) -> model.Session:
-            probes = dict(session.probes) or {model.WALL_MATMUL: session.probe}
-            return model.stored_session(session.medians[metric], info.better, readings(probes))
-
-        own = model.session_of(list(reference.samples), info.better, readings(measured))
-        effect = model.estimate(stored(newest), own, [stored(session) for session in found[:-1]], clock=info.clock,
-                                kind=kind, tolerance=reference.tolerance, metrics=len(baseline.metrics))
+        info = METRICS[metric]
+        own = model.session_of(list(reference.samples), info.better, estimates.readings(metric, measured))
+        *others, newest = estimates.stored_sessions(metric, found)
+        effect = model.estimate(newest, own, others, clock=info.clock, kind=kind, tolerance=reference.tolerance,
+                                metrics=len(baseline.metrics))
         centre = sorted(session.medians[metric] for session in found)[len(found) // 2]
         slopes = ", ".join(f"{name} {slope:+.2f}" for name, slope in zip(effect.covariates, effect.slopes)) or "none"
         rows.append((baseline.case, baseline.hardware_class, metric, str(len(found)),
