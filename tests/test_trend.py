@@ -9,6 +9,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -164,6 +165,37 @@ def test_a_database_locked_past_the_timeout_is_given_up_saying_so(new_database):
         assert time.monotonic() - began < 30
         holder.rollback()
     engine.dispose()
+
+
+def test_a_session_opening_a_rollback_journal_that_another_session_is_writing_waits_for_it(tmp_path):
+    """SQLite refuses to switch a file to its write-ahead log at once, with no busy wait, while another connection
+    holds a rollback journal's write lock (four sessions opening a schema-1 file at once met it in CI). The session
+    keeps the file's journal and waits for the lock like any writer. The writer commits only once the session has
+    connected and begun, so the switch always meets the lock."""
+    path = tmp_path / "history.db"
+    ResultsDatabase(str(path)).close()
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode=DELETE")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("DELETE FROM perfgate_bisections")
+    began = threading.Event()
+
+    def session_began(connection):
+        began.set()
+
+    sa.event.listen(sa.engine.Engine, "begin", session_began)
+    committer = threading.Thread(target=lambda: (began.wait(60), writer.execute("COMMIT")))
+    committer.start()
+    try:
+        database = ResultsDatabase(str(path))
+    finally:
+        sa.event.remove(sa.engine.Engine, "begin", session_began)
+        committer.join()
+        writer.close()
+    assert began.is_set()
+    database.record([result(value=7.0)], CONTEXT)
+    assert [point.value for point in database.points() if point.gated] == [7.0]
+    database.close()
 
 
 def schema_1(url):

@@ -208,7 +208,14 @@ class ResultsDatabase:
         def own_transactions(connection: Any, _: Any) -> None:
             connection.isolation_level = None  # pysqlite's own BEGIN would leave DDL outside the transaction
             connection.execute("PRAGMA foreign_keys=ON")
-            connection.execute("PRAGMA journal_mode=WAL")
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")
+            except engine.dialect.dbapi.OperationalError as exc:
+                # SQLite refuses the switch at once, with no busy wait, while another session holds a rollback
+                # journal's write lock (waiting could deadlock). The journal is only how readers and writers
+                # overlap, so this connection keeps the file's, and waits for that lock like any writer.
+                if "locked" not in str(exc):
+                    raise
 
         @sa.event.listens_for(engine, "begin")
         def one_writer_at_a_time(connection: Any) -> None:
