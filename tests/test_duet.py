@@ -47,10 +47,14 @@ class DuetSide:
         raise LaunchStopped("stopped")
 
 
-def test_a_duet_side_that_fails_stops_the_other_and_its_failure_is_raised():
+@pytest.mark.parametrize("failing_side", [0, 1])
+def test_a_duet_side_that_fails_stops_the_other_and_its_failure_is_raised(failing_side):
+    """Whichever side fails, its failure is raised, not the other's LaunchStopped."""
     waiting = DuetSide()
+    sides = [waiting]
+    sides.insert(failing_side, DuetSide(CaseFailed("the reference crashed")))
     with pytest.raises(CaseFailed, match="the reference crashed"):
-        launch_together([DuetSide(CaseFailed("the reference crashed")), waiting], planned=2)
+        launch_together(sides, planned=2)
     assert waiting.stopped
 
 

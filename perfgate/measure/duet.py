@@ -79,9 +79,8 @@ def launch_together(measurers: Sequence[Measurer], planned: int) -> None:
             if thread.ident is not None:
                 done.wait()
         raise
-    causes = [failure for failure in failures if not isinstance(failure, LaunchStopped)] or failures
-    if causes:
-        raise causes[0]
+    if failures:  # the first is the cause: a side raises LaunchStopped only once a failure before it set ``stop``
+        raise failures[0]
     both = common_span([measurer.last_records for measurer in measurers])
     if both is not None:
         for measurer in measurers:
