@@ -11,7 +11,7 @@ from typing import Sequence
 from perfgate.launch.cores import duet_cores
 from perfgate.launch.hardware import usable_core_ids
 from perfgate.measure import metrics
-from perfgate.measure.measurer import LaunchStopped, Measurer
+from perfgate.measure.measurer import Measurer
 from perfgate.outcome import CaseFailed
 from perfgate.records.steps import RunRecords
 
