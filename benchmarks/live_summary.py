@@ -10,7 +10,9 @@ figure FAILed.
 judges every kept session again with the model of this checkout (its priors, say), against the baseline file and the
 case's other unchanged sessions (all of them but the one judged: a replay, which knows the sessions after it too;
 with ``--before-only``, those before it alone, as the live gate knew them), from the launches each recorded; the table
-is then the one above, for that judge.
+is then the one above, for that judge. ``--first-look K`` judges each as a gate that looks first after K launches and
+launches again while the model says one more pays (up to the launches recorded): the launches it would have spent are
+then in the table (the sessions it is judged against keep all of theirs).
 
 It also keeps each session's records for the script (``--keep``, ``--newest-record``)."""
 
@@ -59,19 +61,21 @@ def figure(record: dict) -> float | None:
     return min(found) if found else None
 
 
-def probes_of(record: dict) -> dict[str, float]:
-    """The session's probe readings: each one's median over its launches."""
+def probes_of(runs: list[dict]) -> dict[str, float]:
+    """A session's probe readings: each one's median over its launches."""
     found: dict[str, list[float]] = defaultdict(list)
-    for run in record["per_run"]:
+    for run in runs:
         for name in PROBES:
             if run["metrics"].get(name):
                 found[name].append(run["metrics"][name])
     return {name: statistics.median(values) for name, values in found.items()}
 
 
-def rejudged(sessions: list[dict], baseline_dir: Path, before_only: bool = False) -> list[dict]:
+def rejudged(sessions: list[dict], baseline_dir: Path, before_only: bool = False, first_look: int | None = None
+             ) -> list[dict]:
     """The sessions, each case's record judged again by the model (leave one out among the unchanged sessions, or
-    ``before_only``: the unchanged sessions before it)."""
+    ``before_only``: the unchanged sessions before it). With ``first_look``, as a gate that looks first after that many
+    launches and then launches again while the model says one more pays, from the launches the record holds."""
     again = []
     for index, session in enumerate(sessions):
         cases = {}
@@ -82,50 +86,66 @@ def rejudged(sessions: list[dict], baseline_dir: Path, before_only: bool = False
             others = [other["cases"][case] for number, other in enumerate(sessions)
                       if (number < index if before_only else number != index) and not other["plant"]
                       and case in other["cases"]]
-            measured = baseline.provenance.get("measured", {})
-            rows = []
-            for metric, reference in baseline.metrics.items():
-                info = METRICS[metric]
-                values = [run["metrics"][metric] for run in record["per_run"] if run["metrics"].get(metric)]
-                if not values:
-                    continue
-                own = model.session_of(list(reference.samples), info.better, {k: measured.get(k) for k in PROBES})
-                this = model.session_of(values, info.better, probes_of(record))
-                stored = [model.stored_session(statistics.median(run["metrics"][metric] for run in other["per_run"]),
-                                               info.better, probes_of(other)) for other in others]
-                effect = model.estimate(this, own, stored, clock=info.clock, kind="cpu",
-                                        tolerance=TOLERANCES[info.clock], metrics=len(baseline.metrics))
-                rows.append({"verdict": effect.verdict, "catchable": effect.catchable})
-            verdict = next(v for v in ORDER if v in {row["verdict"] for row in rows})
-            cases[case] = {**record, "verdict": verdict, "metrics": rows}
+            recorded = len(record["per_run"])
+            launches = min(first_look or recorded, recorded)
+            while True:
+                effects = judged(record, baseline, others, launches)
+                verdicts = {effect.verdict for effect in effects}
+                if "FAIL" in verdicts or launches >= recorded or not any(e.another_launch_pays() for e in effects):
+                    break
+                launches += 1
+            verdict = next(v for v in ORDER if v in verdicts)
+            rows = [{"verdict": effect.verdict, "catchable": effect.catchable} for effect in effects]
+            cases[case] = {**record, "verdict": verdict, "metrics": rows, "launches": launches}
         again.append({**session, "cases": cases})
     return again
+
+
+def judged(record: dict, baseline: baselines.Baseline, others: list[dict], launches: int) -> list[model.Effect]:
+    """Each gated metric's effect from the record's first ``launches`` launches."""
+    measured, runs = baseline.provenance.get("measured", {}), record["per_run"][:launches]
+    effects = []
+    for metric, reference in baseline.metrics.items():
+        info = METRICS[metric]
+        values = [run["metrics"][metric] for run in runs if run["metrics"].get(metric)]
+        if not values:
+            continue
+        own = model.session_of(list(reference.samples), info.better, {k: measured.get(k) for k in PROBES})
+        this = model.session_of(values, info.better, probes_of(runs))
+        stored = [model.stored_session(statistics.median(run["metrics"][metric] for run in other["per_run"]),
+                                       info.better, probes_of(other["per_run"])) for other in others]
+        effects.append(model.estimate(this, own, stored, clock=info.clock, kind="cpu",
+                                      tolerance=TOLERANCES[info.clock], metrics=len(baseline.metrics)))
+    return effects
 
 
 def summarise(sessions: list[dict]) -> str:
     verdicts: dict[tuple[float, str], Counter] = defaultdict(Counter)
     figures: dict[tuple[float, str], list[float]] = defaultdict(list)
     caught_above: dict[tuple[float, str], list[bool]] = defaultdict(list)
+    launches: dict[tuple[float, str], list[int]] = defaultdict(list)
     counted: Counter = Counter()
     for session in sessions:
         key = (session["plant"], session["load"])
         counted[key] += 1
         for record in session["cases"].values():
             verdicts[key][record["verdict"]] += 1
+            launches[key].append(record.get("launches") or len(record["per_run"]))
             stated = figure(record)
             if stated is not None:
                 figures[key].append(stated)
                 if session["plant"] and session["plant"] >= stated:
                     caught_above[key].append(record["verdict"] == "FAIL")
-    lines = ["| plant | load | sessions | case-sessions | verdicts | FAIL | stated figure (median) | plants at or above it: FAIL |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| plant | load | sessions | case-sessions | launches a case | verdicts | FAIL | stated figure (median) | "
+             "plants at or above it: FAIL |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(verdicts):
         counts = verdicts[key]
         total = sum(counts.values())
         shown = ", ".join(f"{count} {verdict}" for verdict, count in counts.most_common())
         median = f"{statistics.median(figures[key]):.0%}" if figures[key] else "-"
         above = caught_above[key]
-        lines.append(f"| {key[0]:.0%} | {key[1]} | {counted[key]} | {total} | {shown} | "
+        lines.append(f"| {key[0]:.0%} | {key[1]} | {counted[key]} | {total} | {statistics.mean(launches[key]):.1f} | {shown} | "
                      f"{counts['FAIL']} ({counts['FAIL'] / total:.1%}) | {median} | "
                      f"{sum(above)} of {len(above)} |")
     return "\n".join(lines)
@@ -142,6 +162,9 @@ def main() -> int:
     parser.add_argument("--load", default="quiet")
     parser.add_argument("--before-only", action="store_true",
                         help="with --rejudge, judge each session by the unchanged sessions before it alone")
+    parser.add_argument("--first-look", type=int, metavar="K",
+                        help="with --rejudge, judge each session as a gate that looks first after K launches, then "
+                             "launches again while one more pays")
     parser.add_argument("--rejudge", type=Path, metavar="BASELINE_DIR",
                         help="judge the sessions again with this checkout's model against these baselines")
     args = parser.parse_args()
@@ -152,7 +175,7 @@ def main() -> int:
         keep(args)
     else:
         sessions = [json.loads(path.read_text()) for path in sorted(args.path.glob("*.json"))]
-        print(summarise(rejudged(sessions, args.rejudge, args.before_only) if args.rejudge else sessions))
+        print(summarise(rejudged(sessions, args.rejudge, args.before_only, args.first_look) if args.rejudge else sessions))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 import contextlib
 import gc
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from fakes import FakeDeviceClock
 
 from perfgate.measure.metrics import compute
 from perfgate.rank.plant import SlowdownInjector, busy_wait
-from perfgate.records.cpu_time import CpuClock, WorkerCpu
+from perfgate.records.cpu_time import CpuClock, RunQueueWait, WorkerCpu
 from perfgate.records.steps import RunRecords, StepRecord, StepRecorder, read_records
 
 pytestmark = pytest.mark.floor
@@ -214,3 +215,57 @@ def test_on_gpu_a_steps_cpu_time_is_the_hosts_between_its_step_ends_however_late
     got = read_records(tmp_path / "steps.jsonl").steps
     assert [s.cpu_s for s in got] == pytest.approx([0.1, 0.2, 0.3])
     assert all(s.workers_cpu_s is None for s in got)
+
+
+RUN_QUEUE_CHILD = ("import os, sys, time\n"
+                   "from perfgate.records.cpu_time import RunQueueWait\n"
+                   "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+                   "waited = RunQueueWait()\n"
+                   "wall, cpu, before = time.perf_counter(), time.process_time(), waited()\n"
+                   "while time.perf_counter() < wall + 0.4: pass\n"
+                   "spun = (waited() - before, time.perf_counter() - wall, time.process_time() - cpu)\n"
+                   "before = waited()\n"
+                   "time.sleep(0.4)\n"
+                   "print(*spun, waited() - before)\n")
+"""A child on one core: it spins for 0.4 s of wall time, then sleeps as long; it prints its threads' run-queue wait, wall
+and CPU time while it spun, and its wait while it slept."""
+
+
+def test_the_run_queue_counts_a_neighbours_turns_and_not_the_processs_own_waits():
+    """A process that shares its only core with a busy one: while it spins, its wall time is its CPU time and its wait
+    for the core, and the wait is what the run queue counts; while it sleeps it is not runnable, so its own waits (a
+    sleep, a lock, a barrier) do not count as a neighbour's."""
+    if not RunQueueWait().available:
+        pytest.skip("this kernel keeps no run-queue wait per thread (/proc/<pid>/task/<tid>/schedstat)")
+    core = min(os.sched_getaffinity(0))
+    neighbour = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\n"
+                                  "while True: pass"])
+    try:
+        done = subprocess.run([sys.executable, "-c", RUN_QUEUE_CHILD, str(core)], capture_output=True, text=True,
+                              timeout=60, check=True)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    spun_wait, wall, cpu, slept_wait = map(float, done.stdout.split())
+    assert spun_wait > 0.2 * wall, "the neighbour took turns on the only core"
+    assert spun_wait == pytest.approx(wall - cpu, abs=0.1 * wall), "a spinning thread is running or waiting"
+    assert slept_wait < spun_wait / 3, "a sleep is not a wait for the core"
+
+
+def test_a_steps_run_queue_wait_and_the_windows_turns(tmp_path):
+    """Each step carries what its threads waited for a core; the window's turns are its CPU time and that wait over
+    its CPU time, and a window where one step has no count has no turns."""
+    waited = {"s": 0.0}
+    recorder = StepRecorder(tmp_path / "steps.jsonl", device_type="cpu", clock=FakeDeviceClock(),
+                            cpu_clock=CpuClock(process=lambda: 0.0, workers=lambda: None),
+                            run_queue=lambda: waited["s"])
+    recorder.begin()
+    for index, wait_s in enumerate((0.0, 0.05, 0.1)):
+        waited["s"] += wait_s
+        recorder.end_step(index, samples=1, data_s=0.0, lr=None, scalars=LOSS)
+    recorder.close()
+    assert [s.run_queue_s for s in read_records(tmp_path / "steps.jsonl").steps] == pytest.approx([0.0, 0.05, 0.1])
+    window = tuple(StepRecord(i, 8, 0.3, 0.0, cpu_s=0.2, run_queue_s=w) for i, w in enumerate((0.0, 0.1, 0.2)))
+    assert compute(RunRecords(steps=window), warmup=1).run_queue_turns == pytest.approx((0.4 + 0.3) / 0.4)
+    assert compute(RunRecords(steps=(*window, StepRecord(3, 8, 0.3, 0.0, cpu_s=0.2))), warmup=1).run_queue_turns \
+        is None

@@ -13,6 +13,7 @@ from perfgate.judge import model  # noqa: E402
 from perfgate.judge.model import Components, Effect, Session  # noqa: E402
 
 MATMUL_CPU, COPY_CPU, MATMUL = "probe_matmul_cpu_gflops", "probe_copy_cpu_gbps", "probe_matmul_gflops"
+RUN_QUEUE = "run_queue_turns"
 
 
 def simulate(rng, *, launches=3, windows=4, tau=0.05, sigma_l=0.03, sigma_w=0.02, slope=-0.6, speed=0.0,
@@ -244,3 +245,35 @@ def test_the_prior_widens_for_a_neighbours_turns_instead_of_failing_them():
     assert effect.catchable > 0.5, "and it says how little such a session can catch"
     cpu_clock = model.estimate(loaded, baseline, [], clock="cpu", kind="cpu", tolerance=0.05)
     assert abs(cpu_clock.slopes[-1]) < 0.1, "the CPU clock hardly moves with the turns (0.04 fitted)"
+
+
+def test_the_windows_run_queue_reads_the_neighbour_the_probe_missed():
+    """Live, beside two busy processes, the unchanged U-Net (DALI) read its fastest step 25 % slower while the probe
+    read turns of 1.02-1.07: by the probe's turns the prior expected nearly nothing and FAILed it. The window's own
+    wait for a core, run-queue turns of 1.42 against 1.02 when the baseline was measured, expects it; a planted 50 %
+    on top of the same neighbour still FAILs (by the prior alone, such a session catches about 40 %)."""
+    quiet = {MATMUL: 160.0, MATMUL_CPU: 161.0, RUN_QUEUE: 1.02}
+    beside = {MATMUL: 155.0, MATMUL_CPU: 162.0, RUN_QUEUE: 1.42}
+    baseline = Session(tuple((v,) for v in (0.0, 0.02, -0.02, 0.01, -0.01)), quiet)
+    loaded = Session(tuple((math.log(1.33) + v,) for v in (0.0, 0.02, -0.02)), beside)
+    by_the_probe = model.estimate(Session(loaded.launches, {k: v for k, v in beside.items() if k != RUN_QUEUE}),
+                                  Session(baseline.launches, {k: v for k, v in quiet.items() if k != RUN_QUEUE}),
+                                  [], clock="wall", kind="cpu", tolerance=0.06)
+    assert by_the_probe.covariates == (MATMUL_CPU, model.NEIGHBOUR_TURNS) and by_the_probe.verdict == "FAIL"
+    effect = model.estimate(loaded, baseline, [], clock="wall", kind="cpu", tolerance=0.06)
+    assert effect.covariates == (MATMUL_CPU, RUN_QUEUE) and effect.verdict == "pass"
+    planted = Session(tuple((math.log(1.33 * 1.5) + v,) for v in (0.0, 0.02, -0.02)), beside)
+    assert model.estimate(planted, baseline, [], clock="wall", kind="cpu", tolerance=0.06).verdict == "FAIL"
+
+
+def test_fitted_sessions_weigh_the_run_queue_where_every_session_has_it():
+    """With enough sessions, the fit takes the run-queue turns in the probe's turns' place where every one has them,
+    and the probe's turns where one does not."""
+    rng = np.random.default_rng(5)
+    with_it = [Session(((rng.normal(0, 0.02),),), {MATMUL: 100.0, MATMUL_CPU: 100.0 * math.exp(rng.normal(0, 0.05)),
+                                                    COPY_CPU: 10.0, RUN_QUEUE: 1.0 + abs(rng.normal(0, 0.3))})
+               for _ in range(8)]
+    assert model.covariates(with_it, "wall") == (MATMUL_CPU, COPY_CPU, RUN_QUEUE)
+    assert model.covariates(with_it, "cpu") == (MATMUL_CPU, COPY_CPU), "CPU time does not count the wait"
+    one_without = [*with_it, Session(((0.0,),), {MATMUL: 100.0, MATMUL_CPU: 101.0, COPY_CPU: 10.0})]
+    assert model.covariates(one_without, "wall") == (MATMUL_CPU, COPY_CPU, model.NEIGHBOUR_TURNS)

@@ -73,6 +73,9 @@ METRICS: dict[str, MetricInfo] = {
     "probe_copy_cpu_gbps": MetricInfo(
         "GB/s", "higher", "machine-speed probe: memory copied per CPU second of the slowest rank (CPU only)",
         clock="cpu"),
+    "run_queue_turns": MetricInfo(
+        "ratio", "lower", "rank 0's CPU time and its threads' wait for a core, over its CPU time, in the window: how "
+        "much a neighbour held the cores (1: none)"),
     "planted_fraction": MetricInfo(
         "fraction", "higher", "the planted slowdown as applied: seconds planted in the window over its other seconds "
         "(--perf-inject-slowdown F plants F)"),
@@ -119,6 +122,7 @@ class RunMetrics:
     host_cpu_per_step_s: float | None = None
     workers_cpu_share: float | None = None
     """Share of the window's CPU time (process and workers) that the loader workers spent; None without workers."""
+    run_queue_turns: float | None = None
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -141,8 +145,10 @@ MACHINE_PROBES = {"wall": ("probe_matmul_gflops", "probe_copy_gbps"),
                   "cpu": ("probe_matmul_cpu_gflops", "probe_copy_cpu_gbps")}
 """The machine-speed readings on each clock, compute and memory: by the wall clock, and by CPU time (how fast the
 cores and their memory ran, whatever else took turns on them)."""
-PROBES = tuple(name for clock in MACHINE_PROBES.values() for name in clock)
-"""Every machine-speed reading, of both clocks: facts of the machine, not of the workload."""
+RUN_QUEUE_TURNS = "run_queue_turns"
+PROBES = (*(name for clock in MACHINE_PROBES.values() for name in clock), RUN_QUEUE_TURNS)
+"""Every reading of the machine: the probe's speeds on both clocks, and how much a neighbour held the cores during
+the window (RUN_QUEUE_TURNS). Facts of the machine, not of the workload's code."""
 SPEED_UNITS = ("samples/s", "TFLOP/s", "s", "CPU s/sample", "CPU s")
 """Units of the metrics that move with the machine's speed: rates, times and CPU times; memory, FLOPs or
 instructions per sample and shares do not."""
@@ -223,6 +229,7 @@ def compute(records: RunRecords, warmup: int, world_size: int | None = None) -> 
         planted_fraction=sum(planted) / (window_s - sum(planted)) if planted and window_s > sum(planted) else None,
         **cpu_clock(window, world),
         instructions_per_sample=instructions_per_sample(window, world),
+        run_queue_turns=run_queue_turns(window),
     )
 
 
@@ -267,6 +274,15 @@ def cpu_clock(window: Sequence[StepRecord], world: int) -> dict[str, float | Non
         "host_cpu_per_step_s": statistics.median(s.cpu_s or 0.0 for s in window),
         "workers_cpu_share": workers / (process + workers) if workers > 0 else None,
     }
+
+
+def run_queue_turns(window: Sequence[StepRecord]) -> float | None:
+    """Rank 0's CPU time in the window and its threads' wait for a core while runnable, over its CPU time: 1 where
+    nothing else wanted its cores, 2 where a neighbour ran as long as it did. None where a step has no count."""
+    if not window or any(s.run_queue_s is None or s.cpu_s is None for s in window):
+        return None
+    process = sum(s.cpu_s or 0.0 for s in window)
+    return (process + sum(s.run_queue_s or 0.0 for s in window)) / process if process > 0 else None
 
 
 def instructions_per_sample(window: Sequence[StepRecord], world: int) -> float | None:

@@ -10,6 +10,9 @@ ones are read from ``/proc/<pid>/stat``, in clock ticks (10 ms on most kernels, 
 is precise), and exited ones from ``os.times`` once reaped. Where ``/proc`` cannot list children (not Linux),
 worker CPU is None.
 
+Beside them, how long the rank's threads waited for a core while runnable (RunQueueWait): the turns a neighbour took,
+which the wall clock counts and CPU time does not, read during the window itself.
+
 No torch import: workloads import this under torchrun.
 """
 
@@ -53,6 +56,40 @@ class WorkerCpu:
                 continue
             total += (int(fields[UTIME_FIELD]) + int(fields[UTIME_FIELD + 1])) * self._tick_s
         return total
+
+
+class RunQueueWait:
+    """Seconds this process's threads have waited in the run queue so far: runnable, while the core ran other work
+    (the second field of /proc/<pid>/task/<tid>/schedstat, the kernel's sched_info). A neighbour's turns on the cores
+    show here, and the process's own waits (a lock, a sleep, I/O, a barrier behind another rank) do not, as a thread
+    that waits is not runnable. A thread that exits takes its count with it. ``available`` is False where the kernel
+    keeps no count (not Linux, or a kernel without CONFIG_SCHED_INFO)."""
+
+    def __init__(self) -> None:
+        pid = os.getpid()
+        self._tasks = f"/proc/{pid}/task"
+        self.available = os.path.exists(f"{self._tasks}/{pid}/schedstat")
+
+    def __call__(self) -> float | None:
+        if not self.available:
+            return None
+        try:
+            threads = os.listdir(self._tasks)
+        except OSError:
+            return None
+        waited = 0
+        for thread in threads:
+            try:
+                fd = os.open(f"{self._tasks}/{thread}/schedstat", os.O_RDONLY)
+            except OSError:  # the thread exited since the listing
+                continue
+            try:
+                waited += int(os.read(fd, 128).split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            finally:
+                os.close(fd)
+        return waited / 1e9
 
 
 class CpuClock:

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from perfgate.records.cpu_time import CpuClock
+from perfgate.records.cpu_time import CpuClock, RunQueueWait
 from perfgate.records.instructions import InstructionCounter, open_instruction_counter
 
 
@@ -47,6 +47,9 @@ class StepRecord:
     instructions: float | None = None
     """User-space instructions rank 0's process and loader workers retired in the step, the third clock; None where
     the host cannot count them (the start record's ``instruction_clock`` says why)."""
+    run_queue_s: float | None = None
+    """Seconds rank 0's threads were runnable in the step but waited for a core that ran other work: a neighbour's
+    turns, read while the workload ran. None on a GPU flavour, or where the kernel keeps no count."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ def step_from_dict(obj: dict[str, Any], source: str = "records") -> StepRecord:
             cpu_s=optional_float(obj, "cpu_s"),
             workers_cpu_s=optional_float(obj, "workers_cpu_s"),
             instructions=optional_float(obj, "instructions"),
+            run_queue_s=optional_float(obj, "run_queue_s"),
         )
     except KeyError as exc:
         raise RecordsError(f"{source}: step record without field {exc.args[0]!r}: {obj}") from None
@@ -220,6 +224,8 @@ class _PendingStep:
     instructions: float | None
     """The instruction count then."""
     planted_s: float | None = None
+    waited: float | None = None
+    """The threads' wait in the run queue then."""
 
 
 class StepRecorder:
@@ -229,9 +235,9 @@ class StepRecorder:
     previous step's end marker and this one, so consecutive step times add up to wall time. Markers
     are resolved late: a step is written once the device has reached its end marker, checked with a
     non-blocking query. Loss and other scalars are copied to pinned host memory asynchronously before
-    the marker, so reading them then costs nothing. ``close`` waits for the last steps once. The CPU clock and the
-    instruction counter are read on the host beside each marker (a step's CPU time is the host's between two step
-    ends, on GPU too). ``instruction_clock`` says what the counter counts, or why nothing is counted, for the start
+    the marker, so reading them then costs nothing. ``close`` waits for the last steps once. The CPU clock, the
+    instruction counter and, on a CPU flavour, the threads' wait in the run queue are read on the host beside each
+    marker (a step's CPU time is the host's between two step ends, on GPU too). ``instruction_clock`` says what the counter counts, or why nothing is counted, for the start
     record.
     """
 
@@ -244,6 +250,7 @@ class StepRecorder:
         clock: Any = None,
         cpu_clock: CpuClock | None = None,
         open_instructions: Callable[[], tuple[InstructionCounter | None, str]] = open_instruction_counter,
+        run_queue: Callable[[], float | None] | None = None,
     ) -> None:
         self._path = Path(path) if path else None
         self._file = self._path.open("w") if self._path else None
@@ -260,6 +267,9 @@ class StepRecorder:
         if self.active:
             self._instructions, self.instruction_clock = open_instructions()
         self._last_instructions: float | None = None
+        self._run_queue = None if self._cuda else (run_queue or RunQueueWait())
+        """Read on a CPU flavour, where a neighbour's turns are what the verdict must tell from the code's."""
+        self._last_waited: float | None = None
         self._pending: list[_PendingStep] = []
         self._spare_pinned: list[Any] = []
         """Pinned host buffers of resolved steps, reused: the device has passed their copies."""
@@ -284,6 +294,7 @@ class StepRecorder:
             self._last_end = self._clock.mark()
             self._last_cpu = self._cpu_clock.read()
             self._last_instructions = self._count()
+            self._last_waited = self._waited()
             self._data_started = time.perf_counter()
 
     def data_ready(self) -> float:
@@ -307,7 +318,7 @@ class StepRecorder:
             else:
                 host = stacked
         self._pending.append(_PendingStep(step, samples, data_s, lr, self._clock.mark(), (names, host),
-                                          self._cpu_clock.read(), self._count(), planted_s))
+                                          self._cpu_clock.read(), self._count(), planted_s, self._waited()))
         self._data_started = time.perf_counter()
         self._resolve(block=False)
 
@@ -315,7 +326,7 @@ class StepRecorder:
         """Ends an interval that is not a step (an update the GradScaler skipped): the next step is timed from here."""
         if self.active:
             self._pending.append(_PendingStep(None, 0, 0.0, None, self._clock.mark(), ([], None),
-                                              self._cpu_clock.read(), self._count()))
+                                              self._cpu_clock.read(), self._count(), waited=self._waited()))
 
     def _torch_module(self) -> Any:
         """torch, imported once a step has scalars to keep or the clock is CUDA's: a loop that records neither (a test's
@@ -328,6 +339,9 @@ class StepRecorder:
 
     def _count(self) -> float | None:
         return self._instructions.read() if self._instructions is not None else None
+
+    def _waited(self) -> float | None:
+        return self._run_queue() if self._run_queue is not None else None
 
     def _pinned_buffer(self, size: int) -> Any:
         """A pinned buffer for one step's scalars: a spare one once steps resolve, so a step allocates nothing."""
@@ -347,6 +361,7 @@ class StepRecorder:
             (process, workers), (process_before, workers_before) = pending.cpu, self._last_cpu
             self._last_cpu = pending.cpu
             instructions_before, self._last_instructions = self._last_instructions, pending.instructions
+            waited_before, self._last_waited = self._last_waited, pending.waited
             names, host = pending.scalars
             values = dict(zip(names, (float(v) for v in host.tolist()))) if host is not None else {}
             if self._cuda and host is not None:
@@ -360,7 +375,9 @@ class StepRecorder:
                                 workers_cpu_s=None if workers is None or workers_before is None
                                 else workers - workers_before,
                                 instructions=None if pending.instructions is None or instructions_before is None
-                                else pending.instructions - instructions_before)
+                                else pending.instructions - instructions_before,
+                                run_queue_s=None if pending.waited is None or waited_before is None
+                                else max(0.0, pending.waited - waited_before))
             self.write("step", **{k: v for k, v in asdict(record).items() if v is not None})
             if self._on_step is not None:
                 self._on_step(record, values)
