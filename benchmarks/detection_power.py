@@ -56,7 +56,7 @@ from perfgate.config.settings import Settings  # noqa: E402
 from perfgate.judge import baselines, pairs  # noqa: E402
 from perfgate.judge.ab import undecided  # noqa: E402
 from perfgate.measure import stats  # noqa: E402
-from perfgate.measure.metrics import MACHINE_PROBES, METRICS  # noqa: E402
+from perfgate.measure.metrics import METRICS, PROBES  # noqa: E402
 
 
 def pytest_command(args: argparse.Namespace, baseline_dir: Path, *extra: str) -> list[str]:
@@ -86,8 +86,6 @@ def run_session(command: list[str]) -> tuple[int, float]:
     return session.returncode, elapsed
 
 
-PROBES = (*MACHINE_PROBES["wall"], *MACHINE_PROBES["cpu"])
-"""Each run's machine-speed probe: whether a missed plant took, or a false FAIL was the machine, is told from them."""
 
 
 def judged(basetemp: Path) -> dict:
@@ -97,6 +95,7 @@ def judged(basetemp: Path) -> dict:
     took cannot be told afterwards without them."""
     found = sorted(basetemp.glob("*/result.json"))
     result = json.loads(found[0].read_text()) if found else {}
+    # each run's machine readings: whether a missed plant took, or a false FAIL was the machine, is told from them
     probes = [{name: run["metrics"].get(name) for name in PROBES} for run in result.get("per_run", [])]
     return {"verdict": result.get("verdict"), "metrics": result.get("metrics", []), "plant": result.get("plant", []),
             "probes": probes}

@@ -145,7 +145,8 @@ def summarise(sessions: list[dict]) -> str:
         shown = ", ".join(f"{count} {verdict}" for verdict, count in counts.most_common())
         median = f"{statistics.median(figures[key]):.0%}" if figures[key] else "-"
         above = caught_above[key]
-        lines.append(f"| {key[0]:.0%} | {key[1]} | {counted[key]} | {total} | {statistics.mean(launches[key]):.1f} | {shown} | "
+        lines.append(f"| {key[0]:.0%} | {key[1]} | {counted[key]} | {total} | {statistics.mean(launches[key]):.1f} | "
+                     f"{shown} | "
                      f"{counts['FAIL']} ({counts['FAIL'] / total:.1%}) | {median} | "
                      f"{sum(above)} of {len(above)} |")
     return "\n".join(lines)
@@ -175,7 +176,10 @@ def main() -> int:
         keep(args)
     else:
         sessions = [json.loads(path.read_text()) for path in sorted(args.path.glob("*.json"))]
-        print(summarise(rejudged(sessions, args.rejudge, args.before_only, args.first_look) if args.rejudge else sessions))
+        if args.first_look is not None and (args.first_look < 1 or not args.rejudge):
+            parser.error("--first-look K needs --rejudge and K >= 1")
+        judged = rejudged(sessions, args.rejudge, args.before_only, args.first_look) if args.rejudge else sessions
+        print(summarise(judged))
     return 0
 
 

@@ -227,20 +227,23 @@ RUN_QUEUE_CHILD = ("import os, sys, time\n"
                    "before = waited()\n"
                    "time.sleep(0.4)\n"
                    "print(*spun, waited() - before)\n")
-"""A child on one core: it spins for 0.4 s of wall time, then sleeps as long; it prints its threads' run-queue wait, wall
-and CPU time while it spun, and its wait while it slept."""
+"""A child on one core: it spins for 0.4 s of wall time, then sleeps as long; it prints its threads' run-queue wait,
+wall and CPU time while it spun, and its wait while it slept."""
 
 
+@pytest.mark.serial
 def test_the_run_queue_counts_a_neighbours_turns_and_not_the_processs_own_waits():
     """A process that shares its only core with a busy one: while it spins, its wall time is its CPU time and its wait
-    for the core, and the wait is what the run queue counts; while it sleeps it is not runnable, so its own waits (a
-    sleep, a lock, a barrier) do not count as a neighbour's."""
+    for the core, and the wait is what the run queue counts; while it sleeps it is not runnable, so its blocked waits
+    (a sleep, a lock, a barrier) do not count as a neighbour's. (Run serially: the busy process on the core would
+    move the other worker's timings for a second.)"""
     if not RunQueueWait().available:
         pytest.skip("this kernel keeps no run-queue wait per thread (/proc/<pid>/task/<tid>/schedstat)")
     core = min(os.sched_getaffinity(0))
     neighbour = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\n"
-                                  "while True: pass"])
+                                  "print('pinned', flush=True)\nwhile True: pass"], stdout=subprocess.PIPE, text=True)
     try:
+        assert neighbour.stdout.readline().strip() == "pinned"
         done = subprocess.run([sys.executable, "-c", RUN_QUEUE_CHILD, str(core)], capture_output=True, text=True,
                               timeout=60, check=True)
     finally:
@@ -248,7 +251,9 @@ def test_the_run_queue_counts_a_neighbours_turns_and_not_the_processs_own_waits(
         neighbour.wait()
     spun_wait, wall, cpu, slept_wait = map(float, done.stdout.split())
     assert spun_wait > 0.2 * wall, "the neighbour took turns on the only core"
-    assert spun_wait == pytest.approx(wall - cpu, abs=0.1 * wall), "a spinning thread is running or waiting"
+    # A spinning thread is running or waiting for the core; what else its wall time holds (a hypervisor's steal,
+    # interrupts) is in neither count.
+    assert 0.7 * (wall - cpu) <= spun_wait <= 1.05 * (wall - cpu)
     assert slept_wait < spun_wait / 3, "a sleep is not a wait for the core"
 
 

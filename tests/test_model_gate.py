@@ -32,11 +32,12 @@ def sessions(count=12, spread=0.02, slope=0.7):
     return tuple(found)
 
 
-def gate(tmp_path, values, probe=70.0, stored=(), history=(), budget=None, **settings):
+def gate(tmp_path, values, probe=70.0, stored=(), history=(), budget=None, measured=None, **settings):
+    """A gate of fake launches against a baseline whose probe read ``measured`` (the wall-clock matmul 70)."""
     plan = make_plan(tmp_path)
     baselines.write(plan.baseline_file, Baseline(plan.run.key, "k", {
         METRIC: MetricBaseline(100.0, "higher", 0.05, "samples/s", RUNS)},
-        provenance={"measured": {PROBE: 70.0}}, workload_version="1", sessions=tuple(stored)))
+        provenance={"measured": measured or {PROBE: 70.0}}, workload_version="1", sessions=tuple(stored)))
     measurer = FakeMeasurer(plan, values, probe)
     checker = Gate(plan, Settings(**{"repeats": 3, "max_repeats": 5, **settings}), measurer,
                    StoredBaseline(plan.baseline_file), root=plan.spec.workdir, nvml=lambda: (None, ""),
@@ -134,3 +135,20 @@ def test_a_gated_value_of_zero_fails_the_case_saying_to_gate_another_metric(tmp_
     with pytest.raises(CaseFailed, match=r"samples_per_second read 0 in a launch, and the verdict's model compares the "
                                          r"logs of positive values: gate a metric that stays above 0"):
         checker.check()
+
+
+def test_the_cores_turns_in_the_window_weigh_a_neighbour_and_a_fail_says_them(tmp_path):
+    """A baseline measured quiet, a session beside a neighbour that held the cores (run-queue turns 1.45 against
+    1.0) while the probe's own turns read it barely: the throughput 26 % lower is what the turns expect, and a halved
+    one FAILs, saying the turns beside the probe."""
+    quiet = {PROBE: 100.0, "probe_matmul_cpu_gflops": 100.0, "run_queue_turns": 1.0}
+    beside = {PROBE: 98.0, "probe_matmul_cpu_gflops": 100.0, "run_queue_turns": 1.45}
+    checker, _ = gate(tmp_path, [74.0, 74.5, 73.5], probe=beside, measured=quiet)
+    result = checker.check()
+    assert result.verdict == "pass", result.metrics
+    assert result.metrics[0]["covariates"] == ["probe_matmul_cpu_gflops", "run_queue_turns"]
+    checker, _ = gate(tmp_path, [50.0, 50.5, 49.5], probe=beside, measured=quiet)
+    with pytest.raises(CaseFailed) as failed:
+        checker.check()
+    assert "the cores' turns in the window (CPU time and the wait for a core, over CPU time): 1.45 now, 1.00 then" \
+        in str(failed.value)

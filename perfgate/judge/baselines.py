@@ -65,8 +65,9 @@ class StoredSession:
     probe: float | None = None
     commit: str | None = None
     probes: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    """Every machine-speed reading of the session (metrics.MACHINE_PROBES): ``probe`` is the wall-clock matmul alone,
-    which beside two busy processes on 2 cores reads half what it does quiet, while the CPU-time ones do not."""
+    """Every machine reading of the session (metrics.PROBES: the probe's speeds and the cores' turns in the window):
+    ``probe`` is the wall-clock matmul alone, which beside two busy processes on 2 cores reads half what it does quiet,
+    while the CPU-time ones do not."""
 
     def to_json(self) -> dict[str, Any]:
         data = {"recorded_at": self.recorded_at, "commit": self.commit, "probe": self.probe,

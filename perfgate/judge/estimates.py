@@ -82,11 +82,14 @@ def sessions_of(baseline: Baseline, history: Sequence[StoredSession]) -> list[St
 
 
 def machine_speed(baseline: Baseline, measurement: Measurement) -> str:
-    """A line comparing the machine-speed probe now with the probe when the baseline was measured, the readings the
-    verdict's model weighed. Empty without probe readings."""
+    """Lines comparing the machine-speed probe now with the probe when the baseline was measured, and the cores' turns
+    in the window: the readings the verdict's model weighs. Empty without readings."""
     then, now = baseline.provenance.get("measured", {}), measurement.medians()
     lines = [f"{name} {now[name]:.4g} vs {then[name]:.4g} ({now[name] / then[name] - 1:+.1%})"
-             for name in metrics.PROBES if then.get(name) and now.get(name)]
-    if not lines:
-        return ""
-    return "machine-speed probe now vs when the baseline was measured: " + ", ".join(lines) + "\n"
+             for name in metrics.PROBES if name != metrics.RUN_QUEUE_TURNS and then.get(name) and now.get(name)]
+    said = "machine-speed probe now vs when the baseline was measured: " + ", ".join(lines) + "\n" if lines else ""
+    turns = now.get(metrics.RUN_QUEUE_TURNS), then.get(metrics.RUN_QUEUE_TURNS)
+    if all(turns):
+        said += (f"the cores' turns in the window (CPU time and the wait for a core, over CPU time): {turns[0]:.2f} now, "
+                 f"{turns[1]:.2f} then\n")
+    return said

@@ -75,7 +75,7 @@ METRICS: dict[str, MetricInfo] = {
         clock="cpu"),
     "run_queue_turns": MetricInfo(
         "ratio", "lower", "rank 0's CPU time and its threads' wait for a core, over its CPU time, in the window: how "
-        "much a neighbour held the cores (1: none)"),
+        "much other tasks held the cores it wanted (a neighbour, and the case's own where they outnumber the cores)"),
     "planted_fraction": MetricInfo(
         "fraction", "higher", "the planted slowdown as applied: seconds planted in the window over its other seconds "
         "(--perf-inject-slowdown F plants F)"),
@@ -123,6 +123,7 @@ class RunMetrics:
     workers_cpu_share: float | None = None
     """Share of the window's CPU time (process and workers) that the loader workers spent; None without workers."""
     run_queue_turns: float | None = None
+    """Rank 0's CPU time and its threads' wait for a core, over its CPU time (run_queue_turns()); None on a GPU."""
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -278,7 +279,7 @@ def cpu_clock(window: Sequence[StepRecord], world: int) -> dict[str, float | Non
 
 def run_queue_turns(window: Sequence[StepRecord]) -> float | None:
     """Rank 0's CPU time in the window and its threads' wait for a core while runnable, over its CPU time: 1 where
-    nothing else wanted its cores, 2 where a neighbour ran as long as it did. None where a step has no count."""
+    no other task wanted its cores, 2 where others ran as long as it did. None where a step has no count."""
     if not window or any(s.run_queue_s is None or s.cpu_s is None for s in window):
         return None
     process = sum(s.cpu_s or 0.0 for s in window)

@@ -59,16 +59,35 @@ class WorkerCpu:
 
 
 class RunQueueWait:
-    """Seconds this process's threads have waited in the run queue so far: runnable, while the core ran other work
+    """Seconds this process's threads have waited in the run queue so far: runnable, while their core ran another task
     (the second field of /proc/<pid>/task/<tid>/schedstat, the kernel's sched_info). A neighbour's turns on the cores
-    show here, and the process's own waits (a lock, a sleep, I/O, a barrier behind another rank) do not, as a thread
-    that waits is not runnable. A thread that exits takes its count with it. ``available`` is False where the kernel
-    keeps no count (not Linux, or a kernel without CONFIG_SCHED_INFO)."""
+    show here; so do the workload's own other tasks where they outnumber the cores (rank 1, loader workers, its own
+    threads), which an unchanged case repeats alike. Its blocked waits (a lock, a sleep, I/O, a barrier behind another
+    rank) do not, as a thread that waits is not runnable. Each thread's count is kept from when it was last seen, so a
+    thread that exits takes none of the total with it. ``available`` is False where the kernel keeps no count (not
+    Linux, or a kernel without CONFIG_SCHED_INFO, whose schedstat reads zeros)."""
 
     def __init__(self) -> None:
         pid = os.getpid()
         self._tasks = f"/proc/{pid}/task"
-        self.available = os.path.exists(f"{self._tasks}/{pid}/schedstat")
+        self._seen: dict[str, int] = {}
+        self._total = 0
+        own = self._read(str(pid))
+        self.available = own is not None and own[0] > 0
+
+    def _read(self, thread: str) -> tuple[int, int] | None:
+        """The thread's nanoseconds on a core and waiting for one, or None where it has exited."""
+        try:
+            fd = os.open(f"{self._tasks}/{thread}/schedstat", os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            ran, waited = os.read(fd, 128).split()[:2]
+            return int(ran), int(waited)
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
 
     def __call__(self) -> float | None:
         if not self.available:
@@ -77,19 +96,12 @@ class RunQueueWait:
             threads = os.listdir(self._tasks)
         except OSError:
             return None
-        waited = 0
         for thread in threads:
-            try:
-                fd = os.open(f"{self._tasks}/{thread}/schedstat", os.O_RDONLY)
-            except OSError:  # the thread exited since the listing
-                continue
-            try:
-                waited += int(os.read(fd, 128).split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            finally:
-                os.close(fd)
-        return waited / 1e9
+            read = self._read(thread)
+            if read is not None:
+                self._total += max(0, read[1] - self._seen.get(thread, 0))
+                self._seen[thread] = read[1]
+        return self._total / 1e9
 
 
 class CpuClock:

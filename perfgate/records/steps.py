@@ -48,8 +48,9 @@ class StepRecord:
     """User-space instructions rank 0's process and loader workers retired in the step, the third clock; None where
     the host cannot count them (the start record's ``instruction_clock`` says why)."""
     run_queue_s: float | None = None
-    """Seconds rank 0's threads were runnable in the step but waited for a core that ran other work: a neighbour's
-    turns, read while the workload ran. None on a GPU flavour, or where the kernel keeps no count."""
+    """Seconds rank 0's threads were runnable in the step but waited for a core that ran another task: a neighbour's
+    turns, read while the workload ran (and its own other tasks where they outnumber the cores). None on a GPU
+    flavour, or where the kernel keeps no count."""
 
 
 @dataclass(frozen=True)
@@ -235,10 +236,10 @@ class StepRecorder:
     previous step's end marker and this one, so consecutive step times add up to wall time. Markers
     are resolved late: a step is written once the device has reached its end marker, checked with a
     non-blocking query. Loss and other scalars are copied to pinned host memory asynchronously before
-    the marker, so reading them then costs nothing. ``close`` waits for the last steps once. The CPU clock, the
-    instruction counter and, on a CPU flavour, the threads' wait in the run queue are read on the host beside each
-    marker (a step's CPU time is the host's between two step ends, on GPU too). ``instruction_clock`` says what the counter counts, or why nothing is counted, for the start
-    record.
+    the marker, so reading them then costs nothing. ``close`` waits for the last steps once. The CPU clock,
+    the instruction counter and, on a CPU flavour, the threads' wait in the run queue are read on the host beside
+    each marker (a step's CPU time is the host's between two step ends, on GPU too). ``instruction_clock`` says
+    what the counter counts, or why nothing is counted, for the start record.
     """
 
     def __init__(
@@ -377,7 +378,7 @@ class StepRecorder:
                                 instructions=None if pending.instructions is None or instructions_before is None
                                 else pending.instructions - instructions_before,
                                 run_queue_s=None if pending.waited is None or waited_before is None
-                                else max(0.0, pending.waited - waited_before))
+                                else pending.waited - waited_before)
             self.write("step", **{k: v for k, v in asdict(record).items() if v is not None})
             if self._on_step is not None:
                 self._on_step(record, values)
