@@ -12,7 +12,9 @@ case's other unchanged sessions (all of them but the one judged: a replay, which
 with ``--before-only``, those before it alone, as the live gate knew them), from the launches each recorded; the table
 is then the one above, for that judge. ``--first-look K`` judges each as a gate that looks first after K launches and
 launches again while the model says one more pays (up to the launches recorded): the launches it would have spent are
-then in the table (the sessions it is judged against keep all of theirs).
+then in the table (the sessions it is judged against keep all of theirs). ``--turns-slopes`` prints how each case's
+wall-clock metric moved with the window's run-queue turns over the unchanged sessions: what the prior's
+``run_queue_slope`` should hold.
 
 It also keeps each session's records for the script (``--keep``, ``--newest-record``)."""
 
@@ -20,16 +22,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
+from scipy import stats as scipy_stats
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from perfgate.judge import baselines, model  # noqa: E402
-from perfgate.measure.metrics import METRICS, PROBES  # noqa: E402
+from perfgate.measure.metrics import METRICS, PROBES, RUN_QUEUE_TURNS  # noqa: E402
 from perfgate.trend.database import ResultsDatabase  # noqa: E402
 
 ORDER = ("FAIL", "unresolved", "stale", "pass")
@@ -119,6 +125,40 @@ def judged(record: dict, baseline: baselines.Baseline, others: list[dict], launc
     return effects
 
 
+def turns_slopes(sessions: list[dict]) -> str:
+    """Per case and wall-clock gated metric, how its launches' log values moved with their log run-queue turns over the
+    unchanged sessions, quiet and loaded (least squares, one point a launch): the slope the model's prior for the
+    turns should hold (judge/model.py PRIORS), with its standard error."""
+    points: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for session in sessions:
+        if session["plant"]:
+            continue
+        for case, record in session["cases"].items():
+            for row in record.get("metrics") or []:
+                info = METRICS[row["metric"]]
+                if info.clock != "wall":
+                    continue
+                for run in record["per_run"]:
+                    turns, value = run["metrics"].get(RUN_QUEUE_TURNS), run["metrics"].get(row["metric"])
+                    if turns and value:
+                        points[case, row["metric"]].append((math.log(turns), model.oriented(value, info.better)))
+    lines = ["| case | metric | launches | run-queue turns (range) | slope | its standard error |",
+             "|---|---|---|---|---|---|"]
+    slopes = []
+    for (case, metric), found in sorted(points.items()):
+        x, y = (np.array(values) for values in zip(*found))
+        if len(found) < 3 or np.ptp(x) == 0:
+            continue
+        fit = scipy_stats.linregress(x, y)
+        slopes.append(fit.slope)
+        lines.append(f"| {case} | {metric} | {len(found)} | {math.exp(x.min()):.2f}-{math.exp(x.max()):.2f} | "
+                     f"{fit.slope:.2f} | {fit.stderr:.2f} |")
+    if len(slopes) > 1:
+        lines.append(f"\nmean {statistics.fmean(slopes):.2f}, sd {statistics.stdev(slopes):.2f} over "
+                     f"{len(slopes)} cases")
+    return "\n".join(lines)
+
+
 def summarise(sessions: list[dict]) -> str:
     verdicts: dict[tuple[float, str], Counter] = defaultdict(Counter)
     figures: dict[tuple[float, str], list[float]] = defaultdict(list)
@@ -163,6 +203,8 @@ def main() -> int:
     parser.add_argument("--load", default="quiet")
     parser.add_argument("--before-only", action="store_true",
                         help="with --rejudge, judge each session by the unchanged sessions before it alone")
+    parser.add_argument("--turns-slopes", action="store_true",
+                        help="print how each case's wall-clock metric moved with the window's run-queue turns")
     parser.add_argument("--first-look", type=int, metavar="K",
                         help="with --rejudge, judge each session as a gate that looks first after K launches, then "
                              "launches again while one more pays")
@@ -178,6 +220,9 @@ def main() -> int:
         sessions = [json.loads(path.read_text()) for path in sorted(args.path.glob("*.json"))]
         if args.first_look is not None and (args.first_look < 1 or not args.rejudge):
             parser.error("--first-look K needs --rejudge and K >= 1")
+        if args.turns_slopes:
+            print(turns_slopes(sessions))
+            return 0
         judged = rejudged(sessions, args.rejudge, args.before_only, args.first_look) if args.rejudge else sessions
         print(summarise(judged))
     return 0
