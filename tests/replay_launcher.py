@@ -20,7 +20,7 @@ from perfgate.launch.local import LocalLauncher
 from perfgate.launch.spec import LaunchResult, LaunchSpec, Poll
 
 SOURCE_ENV, SCALE_ENV = "PERFGATE_REPLAY", "PERFGATE_REPLAY_SCALE"
-SCALED = ("step_s", "data_s", "cpu_s", "workers_cpu_s", "wall_s")
+SCALED = ("step_s", "data_s", "cpu_s", "workers_cpu_s", "run_queue_s", "wall_s")
 
 
 def scaled_records(source: Path, scale: float) -> str:

@@ -23,19 +23,19 @@ def test_the_table_counts_failed_and_unresolved_trials_apart_and_reads_trials_fr
     assert lines[3] == "| 5% | 3 | 1 | 33% | 1 | 100 s | 240 s |"
 
 
-def test_a_trials_verdict_and_each_runs_probe_are_read_from_its_result(tmp_path):
+def test_a_trials_verdict_and_each_runs_machine_readings_are_read_from_its_result(tmp_path):
     (tmp_path / "case").mkdir()
     (tmp_path / "case" / "result.json").write_text(
         '{"verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": false}], '
-        '"per_run": [{"metrics": {"probe_matmul_gflops": 31.5, '
-        '"probe_matmul_cpu_gflops": 33.0, "probe_copy_gbps": 9.0, "probe_copy_cpu_gbps": 9.5}}, {"metrics": {}}]}')
+        '"per_run": [{"metrics": {"probe_matmul_gflops": 31.5, "probe_matmul_cpu_gflops": 33.0, '
+        '"probe_copy_gbps": 9.0, "probe_copy_cpu_gbps": 9.5, "run_queue_turns": 1.8}}, {"metrics": {}}]}')
     assert detection_power.judged(tmp_path) == {
         "verdict": "unresolved", "metrics": [{"metric": "m"}], "plant": [{"metric": "m", "took": False}],
         "probes": [
             {"probe_matmul_gflops": 31.5, "probe_copy_gbps": 9.0, "probe_matmul_cpu_gflops": 33.0,
-             "probe_copy_cpu_gbps": 9.5},
+             "probe_copy_cpu_gbps": 9.5, "run_queue_turns": 1.8},
             {"probe_matmul_gflops": None, "probe_copy_gbps": None, "probe_matmul_cpu_gflops": None,
-             "probe_copy_cpu_gbps": None}]}
+             "probe_copy_cpu_gbps": None, "run_queue_turns": None}]}
     assert detection_power.judged(tmp_path / "none") == {"verdict": None, "metrics": [], "plant": [], "probes": []}
 
 

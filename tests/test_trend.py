@@ -533,7 +533,8 @@ def test_a_stored_baseline_is_judged_with_the_sessions_the_history_holds_and_the
     slower.assert_outcomes(failed=1)
     slower.stdout.fnmatch_lines(["sleeper-sleep-cpu: performance regression on hw",
                                  "  fastest_step_samples_per_second: -50.0% against the baseline, +9?.?% slower by the "
-                                 "model*from 7 sessions; catches*"])
+                                 "model*from 7 sessions; weighs run_queue_turns; catches*",
+                                 "the cores' turns in the window (*): 1.00 now, 1.00 then"])
 
 
 @pytest.mark.launches
