@@ -148,8 +148,9 @@ MACHINE_PROBES = {"wall": ("probe_matmul_gflops", "probe_copy_gbps"),
 cores and their memory ran, whatever else took turns on them)."""
 RUN_QUEUE_TURNS = "run_queue_turns"
 PROBES = (*(name for clock in MACHINE_PROBES.values() for name in clock), RUN_QUEUE_TURNS)
-"""Every reading of the machine: the probe's speeds on both clocks, and how much a neighbour held the cores during
-the window (RUN_QUEUE_TURNS). Facts of the machine, not of the workload's code."""
+"""Every reading of the machine: the probe's speeds on both clocks, and how much other tasks held the cores during
+the window (RUN_QUEUE_TURNS: a neighbour's, and the case's own where they outnumber the cores, which an unchanged case
+repeats alike). Facts of the machine, not of the workload's code."""
 SPEED_UNITS = ("samples/s", "TFLOP/s", "s", "CPU s/sample", "CPU s")
 """Units of the metrics that move with the machine's speed: rates, times and CPU times; memory, FLOPs or
 instructions per sample and shares do not."""
