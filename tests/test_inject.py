@@ -176,13 +176,14 @@ def test_on_cpu_each_step_is_lengthened_by_the_fraction_of_itself_so_the_fastest
 
 
 class FakeClock:
-    """Host time and CPU time that only the test moves: each plant advances the CPU clock by what was asked and the
-    wall clock by what was asked plus an overrun."""
+    """Host time and CPU time that only the test moves: each plant advances each clock by what was asked plus an
+    overrun."""
 
-    def __init__(self, overruns=()):
+    def __init__(self, overruns=(), cpu_overshoots=()):
         self.now = 0.0
         self.cpu_now = 0.0
         self.overruns = list(overruns)
+        self.cpu_overshoots = list(cpu_overshoots)
         self.waits = []
         self.burns = []
 
@@ -199,7 +200,7 @@ class FakeClock:
     def burn(self, cpu_s, wall_s):
         self.waits.append(wall_s)
         self.burns.append(cpu_s)
-        self.cpu_now += cpu_s
+        self.cpu_now += cpu_s + (self.cpu_overshoots.pop(0) if self.cpu_overshoots else 0.0)
         self.now += wall_s + (self.overruns.pop(0) if self.overruns else 0.0)
 
     def injector(self, fraction, step_times=(), targets=lambda: None):
@@ -277,18 +278,32 @@ def test_ranks_sharing_rank_zeros_wall_time_plant_f_of_the_window_where_their_ow
         assert natural / apart < 1 / (1 + fraction) - 0.02, "the simulation no longer shows the feedback it guards"
 
 
-def test_a_busy_wait_that_overran_its_deadline_is_taken_off_the_next_so_the_window_holds_the_fraction():
-    """On shared cores a busy wait can end a scheduler slice late; the plant records what it really added."""
-    clock = FakeClock(overruns=[0.004, 0.0, 0.0])
+def test_a_busy_wait_that_overran_its_deadline_keeps_the_overrun_in_its_step_so_the_fastest_step_moves_by_f():
+    """On shared cores a busy wait can end a scheduler slice late. The overrun stays in its step, as a slice lost by
+    slower code would: taken off the next plant, it left that step short of F, and the fastest step was that one."""
+    clock = FakeClock(overruns=[0.004, 0.0, 0.004, 0.0])
     injector = clock.injector(0.1)
     injector.begin()
-    planted = []
-    for _ in range(3):
+    steps = []
+    for _ in range(4):
         clock.step(0.05)
-        planted.append(injector.pause())
-    assert clock.waits == [pytest.approx(0.005), pytest.approx(0.001), pytest.approx(0.005)]
-    assert planted == [pytest.approx(0.009), pytest.approx(0.001), pytest.approx(0.005)]
-    assert sum(planted) == pytest.approx(0.1 * 3 * 0.05)
+        steps.append(0.05 + injector.pause())
+    assert clock.waits == [pytest.approx(0.005)] * 4
+    assert steps == [pytest.approx(0.059), pytest.approx(0.055), pytest.approx(0.059), pytest.approx(0.055)]
+    assert min(steps) == pytest.approx(1.1 * 0.05)
+
+
+def test_a_cpu_clock_that_overshot_its_plant_takes_at_most_one_steps_share_off_the_next():
+    """The CPU clock's gated metric is the window's total, so an overshoot is taken off the next plant; one that
+    outlasts a step's share (a host's stolen time counted as the thread's) takes that share and no more, so the
+    steps after it are planted whole."""
+    clock = FakeClock(cpu_overshoots=[0.02])
+    injector = clock.injector(0.1)
+    injector.begin()
+    for _ in range(4):
+        clock.step(0.05)
+        injector.pause()
+    assert clock.burns == [pytest.approx(0.005), 0.0, pytest.approx(0.005), pytest.approx(0.005)]
 
 
 def test_the_plant_is_work_on_the_core_not_a_sleep_that_hands_the_core_away():

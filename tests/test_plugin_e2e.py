@@ -253,7 +253,9 @@ def planted_session_against_a_fresh_baseline(suite):
         "fastest_step_samples_per_second": True, "cpu_seconds_per_sample": True}
     assert {row["metric"]: row["verdict"] for row in result["metrics"]} == {
         "fastest_step_samples_per_second": "FAIL", "cpu_seconds_per_sample": "FAIL"}
-    assert all(run["metrics"]["planted_fraction"] == pytest.approx(1.0, abs=0.05) for run in result["per_run"])
+    # A busy wait that ends a scheduler slice late keeps the overrun in its step, so beside other work the window
+    # holds a little more than F, never less.
+    assert all(0.95 <= run["metrics"]["planted_fraction"] < 1.25 for run in result["per_run"]), result["per_run"]
     assert result["per_run"][0]["facts"]["start"]["cudnn_benchmark"] is True
     assert result["per_run"][0]["facts"]["end"]["cudagraph_skips"] == 0
     first, *later = result["per_run"]

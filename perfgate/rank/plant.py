@@ -173,11 +173,10 @@ class SlowdownInjector:
         self._on_cpu = device_type != "cuda"
         self._clock = clock
         self._step_began: float | None = None
-        self._ahead = 0.0
-        """CPU: seconds planted beyond the plan so far (a busy wait that ends off its core overruns its deadline)."""
         self._cpu_ahead = 0.0
-        """CPU: CPU seconds planted beyond the plan so far; below 0, a shortfall owed to the next steps, up to one
-        step's share (a rank whose threads keep more than one core busy reaches the wall target first every step)."""
+        """CPU: CPU seconds planted beyond the plan, up to one step's share: below 0, a shortfall owed to the next step
+        (a rank whose threads keep more than one core busy reaches the wall target first every step); above 0, an
+        overshoot taken off it (a host's stolen time counted as the thread's)."""
         self._cpu_burn = cpu_burn
         self._cpu_clock = cpu or (CpuClock().total if self._on_cpu and fraction > 0 else time.process_time)
         self._cpu_began = 0.0
@@ -221,21 +220,23 @@ class SlowdownInjector:
         return delay
 
     def _pause_cpu(self) -> float:
-        """F of this step's own elapsed time and CPU time, as measured: on shared cores a busy wait can end a scheduler
-        slice past its deadline, by enough to move a small plant by points
-        (docs/measurements.md#why-the-rules-are-what-they-are), so what one overran is taken off the next, and the
-        window holds F."""
+        """F of this step's own elapsed time and CPU time, as measured. On shared cores a busy wait can end a
+        scheduler slice past its wall deadline; that overrun stays in its step, as a slice lost by slower code would.
+        Taken off the next step's plant instead, it left that step short of F, and the fastest step, which the CPU
+        flavour gates, was often that one: beside two busy processes a 20 % plant moved it by as little as 15 %
+        (docs/measurements.md#why-the-rules-are-what-they-are). The CPU clock's gated metric is the window's total, so
+        its shortfall or overshoot is carried to the next step, one step's share at most."""
         now, cpu_now = self._clock(), self._cpu_clock()
         natural = now - self._step_began if self._step_began is not None else 0.0
         natural_cpu = cpu_now - self._cpu_began
         target, cpu_target = self._agreed(self.fraction * natural), self.fraction * natural_cpu
         if target > 0:
             agreeing = self._clock() - now
-            self._cpu_burn(max(0.0, cpu_target - self._cpu_ahead), max(0.0, target - self._ahead - agreeing))
+            self._cpu_burn(max(0.0, cpu_target - self._cpu_ahead), max(0.0, target - agreeing))
         self._step_began, self._cpu_began = self._clock(), self._cpu_clock()
         planted = self._step_began - now
-        self._ahead += planted - target
-        self._cpu_ahead = max(-cpu_target, self._cpu_ahead + self._cpu_began - cpu_now - cpu_target)
+        carried = self._cpu_ahead + self._cpu_began - cpu_now - cpu_target
+        self._cpu_ahead = min(cpu_target, max(-cpu_target, carried))
         self.planted.append(planted)
         return planted
 
