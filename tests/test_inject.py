@@ -177,7 +177,7 @@ def test_on_cpu_each_step_is_lengthened_by_the_fraction_of_itself_so_the_fastest
 
 class FakeClock:
     """Host time and CPU time that only the test moves: each plant advances each clock by what was asked plus an
-    overrun."""
+    overrun (below 0 for the CPU clock: a plant that reached its wall target first)."""
 
     def __init__(self, overruns=(), cpu_overshoots=()):
         self.now = 0.0
@@ -295,15 +295,27 @@ def test_a_busy_wait_that_overran_its_deadline_keeps_the_overrun_in_its_step_so_
 
 def test_a_cpu_clock_that_overshot_its_plant_takes_at_most_one_steps_share_off_the_next():
     """The CPU clock's gated metric is the window's total, so an overshoot is taken off the next plant; one that
-    outlasts a step's share (a host's stolen time counted as the thread's) takes that share and no more, so the
-    steps after it are planted whole."""
-    clock = FakeClock(cpu_overshoots=[0.02])
+    outlasts the next step's share (a host's stolen time counted as the thread's, after a long first step) takes
+    that share and no more, so the steps after it are planted whole."""
+    clock = FakeClock(cpu_overshoots=[0.2])
     injector = clock.injector(0.1)
     injector.begin()
-    for _ in range(4):
-        clock.step(0.05)
+    for step_s in (0.5, 0.05, 0.05, 0.05):
+        clock.step(step_s)
         injector.pause()
-    assert clock.burns == [pytest.approx(0.005), 0.0, pytest.approx(0.005), pytest.approx(0.005)]
+    assert clock.burns == [pytest.approx(0.05), 0.0, pytest.approx(0.005), pytest.approx(0.005)]
+
+
+def test_a_cpu_shortfall_is_owed_to_the_next_step_up_to_its_share():
+    """A rank whose threads keep more than one core busy reaches the wall target before its CPU target: the next step
+    works for what was missing, up to its own share again."""
+    clock = FakeClock(cpu_overshoots=[-0.03])
+    injector = clock.injector(0.1)
+    injector.begin()
+    for step_s in (0.5, 0.05, 0.05):
+        clock.step(step_s)
+        injector.pause()
+    assert clock.burns == [pytest.approx(0.05), pytest.approx(0.01), pytest.approx(0.005)]
 
 
 def test_the_plant_is_work_on_the_core_not_a_sleep_that_hands_the_core_away():

@@ -254,8 +254,8 @@ def planted_session_against_a_fresh_baseline(suite):
     assert {row["metric"]: row["verdict"] for row in result["metrics"]} == {
         "fastest_step_samples_per_second": "FAIL", "cpu_seconds_per_sample": "FAIL"}
     # A busy wait that ends a scheduler slice late keeps the overrun in its step, so beside other work the window
-    # holds a little more than F, never less.
-    assert all(0.95 <= run["metrics"]["planted_fraction"] < 1.25 for run in result["per_run"]), result["per_run"]
+    # holds a few points more than F, and never less but for rounding.
+    assert all(0.95 <= run["metrics"]["planted_fraction"] < 1.15 for run in result["per_run"]), result["per_run"]
     assert result["per_run"][0]["facts"]["start"]["cudnn_benchmark"] is True
     assert result["per_run"][0]["facts"]["end"]["cudagraph_skips"] == 0
     first, *later = result["per_run"]

@@ -174,9 +174,9 @@ class SlowdownInjector:
         self._clock = clock
         self._step_began: float | None = None
         self._cpu_ahead = 0.0
-        """CPU: CPU seconds planted beyond the plan, up to one step's share: below 0, a shortfall owed to the next step
-        (a rank whose threads keep more than one core busy reaches the wall target first every step); above 0, an
-        overshoot taken off it (a host's stolen time counted as the thread's)."""
+        """CPU: CPU seconds planted beyond the plan, which the next step takes up to its own share of: below 0, a
+        shortfall it owes (a rank whose threads keep more than one core busy reaches the wall target first every step);
+        above 0, an overshoot taken off it (a host's stolen time counted as the thread's)."""
         self._cpu_burn = cpu_burn
         self._cpu_clock = cpu or (CpuClock().total if self._on_cpu and fraction > 0 else time.process_time)
         self._cpu_began = 0.0
@@ -230,13 +230,14 @@ class SlowdownInjector:
         natural = now - self._step_began if self._step_began is not None else 0.0
         natural_cpu = cpu_now - self._cpu_began
         target, cpu_target = self._agreed(self.fraction * natural), self.fraction * natural_cpu
+        share = max(0.0, cpu_target)
+        owed = min(share, max(-share, self._cpu_ahead))
         if target > 0:
             agreeing = self._clock() - now
-            self._cpu_burn(max(0.0, cpu_target - self._cpu_ahead), max(0.0, target - agreeing))
+            self._cpu_burn(max(0.0, cpu_target - owed), max(0.0, target - agreeing))
         self._step_began, self._cpu_began = self._clock(), self._cpu_clock()
         planted = self._step_began - now
-        carried = self._cpu_ahead + self._cpu_began - cpu_now - cpu_target
-        self._cpu_ahead = min(cpu_target, max(-cpu_target, carried))
+        self._cpu_ahead = owed + self._cpu_began - cpu_now - cpu_target
         self.planted.append(planted)
         return planted
 
